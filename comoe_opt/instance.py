@@ -1,0 +1,234 @@
+"""Instance files: model shape, hardware, trace source and policy knobs.
+
+An instance is one TOML file with four tables, `[model]`, `[hardware]`,
+`[trace]` and `[policy]`. It loads into frozen dataclasses; every field's unit
+and meaning is in its `param` metadata (and in `docs/instances.md`, generated
+from it). Anything wrong raises `InputError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+
+from comoe_opt.errors import InputError
+from comoe_opt.schema import build, param
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The MoE model: how many layers and experts, and how big they are."""
+
+    layers: int = param("MoE layers", ge=1)
+    experts_per_layer: int = param("routed experts per MoE layer", ge=2)
+    top_k: int = param("experts each token selects per layer", ge=1)
+    page_gb: float = param("weights of one logical expert (one page)", "GB", gt=0)
+    hidden_size: int = param("token activation width (for token traffic)", "elements", ge=1)
+    bytes_per_element: float = param("activation bytes per element", "B", gt=0)
+
+    @property
+    def logical_experts(self) -> int:
+        return self.layers * self.experts_per_layer
+
+    @property
+    def token_bytes(self) -> float:
+        """Bytes of one token's activation vector."""
+        return self.hidden_size * self.bytes_per_element
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Expert chiplets (or expert-parallel devices) and their interconnect."""
+
+    chiplets: int = param("expert chiplets (or expert-parallel devices)", ge=1)
+    capacity_gb: tuple[float, ...] = param(
+        "local memory for resident expert pages, per chiplet", "GB", ge=0, per_chiplet=True
+    )
+    local_bandwidth_gb_s: tuple[float, ...] = param(
+        "effective local memory bandwidth, per chiplet", "GB/s", gt=0, per_chiplet=True
+    )
+    peak_tflops: tuple[float, ...] = param(
+        "peak dense compute, per chiplet", "TFLOP/s", gt=0, per_chiplet=True
+    )
+    d2d_bandwidth_gb_s: float = param("effective die-to-die bandwidth shared by weight loads", "GB/s", gt=0)
+    nop_hops: tuple[int, ...] = param(
+        "network-on-package hops from the attention chiplet, per chiplet",
+        "hops",
+        ge=0,
+        per_chiplet=True,
+    )
+    hop_latency_ns: float = param("latency of one NoP hop", "ns", ge=0)
+    prefetch_buffer_gb: tuple[float, ...] = param(
+        "prefetch buffer (not counted as residency), per chiplet", "GB", ge=0, per_chiplet=True
+    )
+
+
+@dataclass(frozen=True)
+class SyntheticTrace:
+    """Zipf–Markov routing generator with phase drift (DESIGN §3.1)."""
+
+    kind: Literal["synthetic"] = param("trace source kind")
+    zipf_alpha: float = param("Zipf exponent of expert popularity (router first choice)", ge=0, le=5)
+    rho: float = param("probability a token follows its current expert's successors", ge=0, le=1)
+    drift_every: int = param("micro-batches between phase changes (hot set, successors)", ge=1)
+    tokens_per_batch: int = param("tokens per micro-batch", "tokens", ge=1)
+    micro_batches: int = param("micro-batches to generate", ge=1)
+    seed: int = param("random seed; the same seed gives the same trace bit for bit", ge=0)
+    successor_weight: float = param(
+        "share of an expert's successor distribution on its preferred successor",
+        ge=0,
+        le=1,
+        default=0.75,
+    )
+
+
+@dataclass(frozen=True)
+class FileTrace:
+    """A routing trace read from a file (npz or Parquet, see docs/trace-format.md)."""
+
+    kind: Literal["file"] = param("trace source kind")
+    path: str = param("trace file, relative to the instance file")
+    tokens_per_batch: int = param("tokens (decode: sequences in flight) per micro-batch", ge=1)
+    batching: Literal["decode", "token-order"] = param(
+        "decode: continuous-batching steps over sequences; token-order: consecutive tokens",
+        default="decode",
+    )
+    micro_batches: int = param("use at most this many micro-batches (0 = all)", ge=0, default=0)
+
+
+TraceSource = SyntheticTrace | FileTrace
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Knobs of the slow loop, the fast loop and prefetch."""
+
+    window_batches: int = param("micro-batches per slow-loop window", ge=1, default=100)
+    transition_eps: float = param(
+        "transition-graph smoothing ε added to every count", "count", gt=0, default=0.5
+    )
+    transition_top_s: int = param("successors kept per transition-graph node", ge=1, default=8)
+    theta_high: float = param(
+        "prefetch the top successor when its probability is at least this", ge=0, le=1, default=0.6
+    )
+    entropy_high_bits: float = param(
+        "... and the node's successor entropy is at most this", "bit", ge=0, default=2.0
+    )
+    theta_low: float = param(
+        "middle band: top successor probability at least this (prefetch two candidates)",
+        ge=0,
+        le=1,
+        default=0.3,
+    )
+    replica_budget_pages: int = param(
+        "most resident pages over all chiplets (0 = total capacity)", "pages", ge=0, default=0
+    )
+    time_limit_s: float = param("solver time limit", "s", gt=0, default=10.0)
+    mip_gap: float = param("relative MIP gap at which a solve stops", ge=0, le=1, default=1e-3)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """Everything one run needs: model, hardware, trace source and policy."""
+
+    name: str
+    model: ModelShape
+    hardware: Hardware
+    trace: TraceSource
+    policy: Policy
+    source: Path | None = None
+
+    def resolve(self, relative: str) -> Path:
+        """A path from the instance file, resolved against the file's folder."""
+        path = Path(relative)
+        if path.is_absolute() or self.source is None:
+            return path
+        return (self.source.parent / path).resolve()
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(to_table(self))
+
+
+_SECTIONS = ("model", "hardware", "trace", "policy")
+
+
+def load_instance(path: str | Path) -> Instance:
+    """Read and validate an instance TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(path, None, "no such instance file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read: {exc}") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, None, f"not valid TOML: {exc}") from None
+    return instance_from_table(table, path)
+
+
+def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
+    """Validate a parsed TOML document into an `Instance`."""
+    allowed = {"name", *_SECTIONS}
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise InputError(source, unknown[0], f"unknown key (valid keys: {', '.join(sorted(allowed))})")
+    for section in ("model", "hardware", "trace"):
+        if section not in table:
+            raise InputError(source, f"[{section}]", "missing required table")
+    name = table.get("name", Path(source).stem)
+    if not isinstance(name, str):
+        raise InputError(source, "name", "must be a string")
+    model = build(ModelShape, table["model"], source, "model")
+    if model.top_k > model.experts_per_layer:
+        raise InputError(source, "model.top_k", f"must be <= experts_per_layer ({model.experts_per_layer})")
+    hardware = _build_hardware(table["hardware"], source)
+    trace = _build_trace(table["trace"], source)
+    policy = build(Policy, table.get("policy", {}), source, "policy")
+    if policy.theta_low > policy.theta_high:
+        raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
+    path = Path(source).resolve() if Path(source).exists() else None
+    return Instance(name, model, hardware, trace, policy, path)
+
+
+def _build_hardware(table: Any, source: str | Path) -> Hardware:
+    chiplets = table.get("chiplets") if isinstance(table, dict) else None
+    if not isinstance(chiplets, int) or isinstance(chiplets, bool) or chiplets < 1:
+        # let `build` produce the precise message for a missing or bad count
+        return build(Hardware, table, source, "hardware")
+    return build(Hardware, table, source, "hardware", chiplets=chiplets)
+
+
+def _build_trace(table: Any, source: str | Path) -> TraceSource:
+    kinds: dict[str, type] = {"synthetic": SyntheticTrace, "file": FileTrace}
+    kind = table.get("kind") if isinstance(table, dict) else None
+    if kind not in kinds:
+        if isinstance(table, dict) and "kind" not in table:
+            raise InputError(source, "trace.kind", "missing required key ('synthetic' or 'file')")
+        raise InputError(source, "trace.kind", f"must be 'synthetic' or 'file', got {kind!r}")
+    return build(kinds[kind], table, source, "trace")
+
+
+def to_table(instance: Instance) -> dict[str, Any]:
+    """The TOML document of an instance (per-chiplet tuples written as lists)."""
+
+    def plain(obj: Any) -> dict[str, Any]:
+        out = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    return {
+        "name": instance.name,
+        "model": plain(instance.model),
+        "hardware": plain(instance.hardware),
+        "trace": plain(instance.trace),
+        "policy": plain(instance.policy),
+    }

@@ -1,0 +1,180 @@
+"""Declarative validation of TOML tables into frozen dataclasses.
+
+Each dataclass field carries its unit, its documentation and its valid range
+in `metadata` (built by `param`). `build` checks a TOML table against the
+dataclass: unknown keys, missing keys, wrong types and out-of-range values all
+raise an `InputError` naming the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import MISSING, dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from comoe_opt.errors import InputError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Closed or open numeric interval; `None` means unbounded on that side."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def violation(self, value: float) -> str | None:
+        if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
+            return f"must be {'>' if self.lo_open else '>='} {self.lo:g}, got {value:g}"
+        if self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi):
+            return f"must be {'<' if self.hi_open else '<='} {self.hi:g}, got {value:g}"
+        return None
+
+
+def param(
+    doc: str,
+    unit: str = "",
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    default: Any = MISSING,
+    per_chiplet: bool = False,
+) -> Any:
+    """A dataclass field with its documentation, unit and valid range.
+
+    `per_chiplet` fields accept a scalar (same for every chiplet) or a list
+    with one value per chiplet; they are stored as tuples.
+    """
+    bounds = Bounds(
+        lo=gt if gt is not None else ge,
+        hi=lt if lt is not None else le,
+        lo_open=gt is not None,
+        hi_open=lt is not None,
+    )
+    meta = {"doc": doc, "unit": unit, "bounds": bounds, "per_chiplet": per_chiplet}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def describe(cls: type) -> list[dict[str, str]]:
+    """Rows (key, type, unit, default, doc) documenting a dataclass's fields."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata
+        default = "required" if f.default is MISSING else repr(f.default)
+        rows.append(
+            {
+                "key": f.name,
+                "unit": meta.get("unit", ""),
+                "default": default,
+                "doc": meta.get("doc", ""),
+            }
+        )
+    return rows
+
+
+def build(cls: type[T], table: Any, source: str | Path, where: str, **context: Any) -> T:
+    """Validate `table` (a dict from TOML) and construct `cls` from it.
+
+    `context` carries values other fields depend on, e.g. `chiplets` for
+    per-chiplet lists.
+    """
+    if not isinstance(table, dict):
+        raise InputError(source, where, f"must be a table, got {_type_name(table)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(table) - set(fields))
+    if unknown:
+        raise InputError(source, _key(where, unknown[0]), f"unknown key (valid keys: {', '.join(fields)})")
+    values = {}
+    for name, f in fields.items():
+        key = _key(where, name)
+        if name not in table:
+            if f.default is MISSING:
+                raise InputError(source, key, "missing required key")
+            continue
+        values[name] = _coerce(table[name], hints[name], f.metadata, source, key, context)
+    return cls(**values)
+
+
+def _coerce(value: Any, hint: Any, meta: Any, source: Any, key: str, context: dict) -> Any:
+    if meta.get("per_chiplet"):
+        return _per_chiplet(value, hint, meta, source, key, context)
+    checked = _check_type(value, hint, source, key)
+    _check_bounds(checked, meta, source, key)
+    return checked
+
+
+def _per_chiplet(value: Any, hint: Any, meta: Any, source: Any, key: str, context: dict) -> tuple:
+    (elem,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+    chiplets = context.get("chiplets")
+    if isinstance(value, list):
+        if chiplets is not None and len(value) != chiplets:
+            raise InputError(source, key, f"needs one value per chiplet ({chiplets}), got {len(value)}")
+        items = [_check_type(v, elem, source, f"{key}[{i}]") for i, v in enumerate(value)]
+    else:
+        items = [_check_type(value, elem, source, key)] * (chiplets or 1)
+    for i, v in enumerate(items):
+        _check_bounds(v, meta, source, f"{key}[{i}]" if isinstance(value, list) else key)
+    return tuple(items)
+
+
+def _check_type(value: Any, hint: Any, source: Any, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise InputError(source, key, f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _check_type(value, inner, source, key)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise InputError(source, key, f"must be true or false, got {_type_name(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(source, key, f"must be an integer, got {_type_name(value)} {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(source, key, f"must be a number, got {_type_name(value)} {value!r}")
+        if not math.isfinite(value):
+            raise InputError(source, key, f"must be finite, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise InputError(source, key, f"must be a string, got {_type_name(value)}")
+        return value
+    raise TypeError(f"unsupported field type {hint!r} for {key}")
+
+
+def _check_bounds(value: Any, meta: Any, source: Any, key: str) -> None:
+    bounds: Bounds | None = meta.get("bounds")
+    if bounds is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    problem = bounds.violation(value)
+    if problem:
+        raise InputError(source, key, problem)
+
+
+def _key(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
