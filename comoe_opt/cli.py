@@ -62,13 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
     verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
 
-    run = _verb(verbs, "run", "run the main job on an instance", cmd_run)
+    run = add_verb(verbs, "run", "run the main job on an instance", cmd_run)
     run.add_argument("instance", type=Path, help="instance TOML file")
 
     inst = verbs.add_parser("instance", help="instance files").add_subparsers(
         title="instance commands", metavar="COMMAND", parser_class=_Parser
     )
-    show = _verb(
+    show = add_verb(
         inst, "show", "validate an instance and print it with every default filled in", cmd_instance_show
     )
     show.add_argument("instance", type=Path)
@@ -76,15 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     trace = verbs.add_parser("trace", help="routing traces").add_subparsers(
         title="trace commands", metavar="COMMAND", parser_class=_Parser
     )
-    gen = _verb(trace, "gen", "generate or read an instance's trace and write it to a file", cmd_trace_gen)
+    gen = add_verb(trace, "gen", "generate or read an instance's trace and write it to a file", cmd_trace_gen)
     gen.add_argument("instance", type=Path, help="instance TOML file")
     gen.add_argument("-o", "--output", type=Path, required=True, help="trace file (.npz or .parquet)")
-    info = _verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
+    info = add_verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
     info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
     return parser
 
 
-def _verb(
+def add_verb(
     group: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], dict]
 ) -> argparse.ArgumentParser:
     sub = group.add_parser(name, help=help_text, description=help_text)
