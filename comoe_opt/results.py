@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 S = TypeVar("S")
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OPTIMAL = "optimal"  # proven within the requested gap
     TIME_LIMIT = "time_limit"  # stopped by the time limit; incumbent and bound returned
     FEASIBLE = "feasible"  # a solution without a proof (heuristics, node/iteration limits)
