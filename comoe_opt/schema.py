@@ -30,6 +30,14 @@ class Bounds:
     lo_open: bool = False
     hi_open: bool = False
 
+    def describe(self) -> str:
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
+        return ", ".join(parts)
+
     def violation(self, value: float) -> str | None:
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             return f"must be {'>' if self.lo_open else '>='} {self.lo:g}, got {value:g}"
@@ -70,14 +78,13 @@ def describe(cls: type) -> list[dict[str, str]]:
     for f in dataclasses.fields(cls):
         meta = f.metadata
         default = "required" if f.default is MISSING else repr(f.default)
-        rows.append(
-            {
-                "key": f.name,
-                "unit": meta.get("unit", ""),
-                "default": default,
-                "doc": meta.get("doc", ""),
-            }
-        )
+        doc = meta.get("doc", "")
+        bounds: Bounds | None = meta.get("bounds")
+        if bounds is not None and (bounds.lo is not None or bounds.hi is not None):
+            doc += f" ({bounds.describe()})"
+        if meta.get("per_chiplet"):
+            doc += "; a number or a list with one value per chiplet"
+        rows.append({"key": f.name, "unit": meta.get("unit", ""), "default": default, "doc": doc})
     return rows
 
 

@@ -1,0 +1,26 @@
+"""Reference documentation generated from the code, so it cannot drift."""
+
+from __future__ import annotations
+
+from comoe_opt.instance import FileTrace, Hardware, ModelShape, Policy, SyntheticTrace
+from comoe_opt.schema import describe
+
+_TABLES = [
+    ("[model]", ModelShape),
+    ("[hardware]", Hardware),
+    ("[trace] with kind = \"synthetic\"", SyntheticTrace),
+    ("[trace] with kind = \"file\"", FileTrace),
+    ("[policy]", Policy),
+]
+
+
+def instance_reference() -> str:
+    """Markdown tables of every instance key: unit, default, meaning."""
+    out = []
+    for title, cls in _TABLES:
+        out += [f"### {title}", "", "| key | unit | default | meaning |", "|---|---|---|---|"]
+        for row in describe(cls):
+            unit = row["unit"] or "–"
+            out.append(f"| `{row['key']}` | {unit} | {row['default']} | {row['doc']} |")
+        out.append("")
+    return "\n".join(out)
