@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
+import pandas as pd
 
 from comoe_opt import __version__
 from comoe_opt.errors import ComoeError
@@ -152,7 +153,7 @@ def _stats_report(stats: TraceStats, label: str) -> dict[str, Any]:
 def format_stats(stats: TraceStats, label: str) -> str:
     s = stats.summary
     table = stats.layers.copy()
-    table["next_layer"] = table["next_layer"].map(lambda v: "-" if v is None or v != v else f"{int(v)}")
+    table["next_layer"] = table["next_layer"].map(lambda v: "-" if pd.isna(v) else f"{int(v)}")
     lines = [
         f"{label}: {stats.kind} trace, {s['layers']} logged layers, {s['experts']} experts"
         + (f", top-{s['top_k']}, {s['tokens']} tokens" if "tokens" in s else ""),

@@ -30,6 +30,12 @@ class ModelShape:
     page_gb: float = param("weights of one logical expert (one page)", "GB", gt=0)
     hidden_size: int = param("token activation width (for token traffic)", "elements", ge=1)
     bytes_per_element: float = param("activation bytes per element", "B", gt=0)
+    expert_gflop_per_token: float = param(
+        "expert FLOPs per token (0 = 2 FLOP per weight: 2 * page_gb / bytes_per_element)",
+        "GFLOP",
+        ge=0,
+        default=0.0,
+    )
 
     @property
     def logical_experts(self) -> int:
@@ -39,6 +45,13 @@ class ModelShape:
     def token_bytes(self) -> float:
         """Bytes of one token's activation vector."""
         return self.hidden_size * self.bytes_per_element
+
+    @property
+    def gflop_per_token(self) -> float:
+        """Expert GFLOPs per token: given, or 2 FLOPs per weight of the page."""
+        if self.expert_gflop_per_token > 0:
+            return self.expert_gflop_per_token
+        return 2.0 * self.page_gb / self.bytes_per_element
 
 
 @dataclass(frozen=True)
@@ -110,23 +123,36 @@ class Policy:
 
     window_batches: int = param("micro-batches per slow-loop window", ge=1, default=100)
     transition_eps: float = param(
-        "transition-graph smoothing ε added to every count", "count", gt=0, default=0.5
+        "transition-graph smoothing ε added to every count", "count", gt=0, default=0.05
     )
     transition_top_s: int = param("successors kept per transition-graph node", ge=1, default=8)
     theta_high: float = param(
-        "prefetch the top successor when its probability is at least this", ge=0, le=1, default=0.6
+        "prefetch the top successor when its probability is at least this", ge=0, le=1, default=0.5
     )
     entropy_high_bits: float = param(
-        "... and the node's successor entropy is at most this", "bit", ge=0, default=2.0
+        "... and the node's successor entropy is at most this", "bit", ge=0, default=2.5
     )
     theta_low: float = param(
         "middle band: top successor probability at least this (prefetch two candidates)",
         ge=0,
         le=1,
-        default=0.3,
+        default=0.2,
     )
     replica_budget_pages: int = param(
         "most resident pages over all chiplets (0 = total capacity)", "pages", ge=0, default=0
+    )
+    max_replicas: int = param("most replicas of one logical expert (0 = one per chiplet)", ge=0, default=0)
+    prefetch_exposed: float = param(
+        "share of a prefetched page's load time still paid (bandwidth contention)", ge=0, le=1, default=0.2
+    )
+    migration_weight: float = param(
+        "weight of page-copy time against per-batch latency in the slow-loop objective", ge=0, default=1.0
+    )
+    lease_windows: int = param(
+        "windows a newly copied replica stays before it may be evicted (hysteresis)", ge=0, default=1
+    )
+    balance: Literal["work", "tokens"] = param(
+        "balance expected expert work (weight reads + FLOPs) or token counts", default="work"
     )
     time_limit_s: float = param("solver time limit", "s", gt=0, default=10.0)
     mip_gap: float = param("relative MIP gap at which a solve stops", ge=0, le=1, default=1e-3)
@@ -208,7 +234,7 @@ def _build_hardware(table: Any, source: str | Path) -> Hardware:
 def _build_trace(table: Any, source: str | Path) -> TraceSource:
     kinds: dict[str, type] = {"synthetic": SyntheticTrace, "file": FileTrace}
     kind = table.get("kind") if isinstance(table, dict) else None
-    if kind not in kinds:
+    if not isinstance(kind, str) or kind not in kinds:
         if isinstance(table, dict) and "kind" not in table:
             raise InputError(source, "trace.kind", "missing required key ('synthetic' or 'file')")
         raise InputError(source, "trace.kind", f"must be 'synthetic' or 'file', got {kind!r}")

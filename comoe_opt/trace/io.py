@@ -13,6 +13,7 @@ import os
 import re
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,7 @@ from comoe_opt.trace.model import AggregateTrace, Trace
 
 FORMAT = "comoe-trace"
 FORMAT_VERSION = 1
+MAX_INFERRED_EXPERTS = 65536  # beyond this, an id is a corrupt value unless num_experts says so
 _DOMAIN_KEY = re.compile(r"^(?P<domain>[a-z0-9]+)_(?P<what>counts|transitions|transitions_kxk)$")
 _EXPERT_COLUMN = re.compile(r"^e(?P<layer>\d+)_(?P<rank>\d+)$")
 
@@ -62,15 +64,28 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
 @contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """A temporary path beside `path`, renamed onto it only on success."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise InputError(path, None, f"cannot write: {exc.strerror or exc}") from None
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; files follow the umask like any other
     try:
         yield Path(tmp)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(path, None, f"cannot write: {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # --------------------------------------------------------------------- npz
@@ -80,7 +95,7 @@ def _read_npz(path: Path, num_experts: int | None) -> Trace | AggregateTrace:
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, zlib.error, OSError, ValueError, EOFError) as exc:
         raise InputError(path, None, f"not a readable .npz file: {exc}") from None
     if "topk" in arrays:
         return _per_token_from_arrays(arrays, path, num_experts)
@@ -120,7 +135,14 @@ def _resolve_experts(stored: np.ndarray | None, topk: np.ndarray, expected: int 
         return expected
     if not np.issubdtype(topk.dtype, np.integer) or topk.size == 0:
         return 2  # let validation report the real problem
-    return max(int(topk.max()) + 1, 2)
+    largest = int(topk.max())
+    if largest >= MAX_INFERRED_EXPERTS:
+        raise InputError(
+            path,
+            "topk",
+            f"expert id {largest} is implausibly large; store 'num_experts' in the file if it is real",
+        )
+    return max(largest + 1, 2)
 
 
 def _meta(arrays: dict[str, np.ndarray], path: Path) -> dict[str, Any]:
@@ -186,13 +208,14 @@ def _write_parquet(trace: Trace, path: Path) -> None:
     import pyarrow.parquet as pq
 
     columns: dict[str, Any] = {}
+    id_dtype = np.int16 if trace.num_experts <= np.iinfo(np.int16).max else np.int32
     if trace.seq_id is not None:
         columns["seq_id"] = pa.array(trace.seq_id.astype(np.int32))
     if trace.pos is not None:
         columns["pos"] = pa.array(trace.pos.astype(np.int32))
     for li, layer in enumerate(trace.layer_ids):
         for r in range(trace.top_k):
-            columns[f"e{layer}_{r}"] = pa.array(trace.topk[:, li, r].astype(np.int16))
+            columns[f"e{layer}_{r}"] = pa.array(trace.topk[:, li, r].astype(id_dtype))
     if trace.probs is not None:
         for li, layer in enumerate(trace.layer_ids):
             for r in range(trace.top_k):
@@ -228,7 +251,12 @@ def _read_parquet(path: Path, num_experts: int | None) -> Trace:
         axis=1,
     )
     probs = None
-    if f"p{layers[0]}_0" in table.column_names:
+    gate_columns = [f"p{layer}_{r}" for layer in layers for r in range(ranks)]
+    present = [name in table.column_names for name in gate_columns]
+    if any(present) and not all(present):
+        missing = gate_columns[present.index(False)]
+        raise InputError(path, missing, "missing gate-weight column (give all p<layer>_<rank> or none)")
+    if all(present):
         probs = np.stack(
             [
                 np.stack([_column(table, f"p{layer}_{r}", path) for r in range(ranks)], axis=1)

@@ -149,6 +149,9 @@ def validate_aggregate(agg: AggregateTrace) -> None:
         raise InputError(src, "counts", "must be finite and non-negative")
     if counts.sum() == 0:
         raise InputError(src, "counts", "empty trace: all counts are zero")
+    empty = np.flatnonzero(counts.sum(axis=1) == 0)
+    if empty.size:
+        raise InputError(src, "counts", f"layer {int(empty[0])} has no selections")
     _check_layer_ids(agg.layer_ids, counts.shape[0], src)
     experts = counts.shape[1]
     pairs = counts.shape[0] - 1
@@ -158,13 +161,23 @@ def validate_aggregate(agg: AggregateTrace) -> None:
         "counts_top1": counts.shape,
     }
     for name, shape in shapes.items():
-        value = getattr(agg, name)
-        if value is None:
-            continue
-        if value.shape != shape:
-            raise InputError(src, name, f"must have shape {shape}, got {value.shape}")
-        if not np.all(np.isfinite(value)) or np.any(value < 0):
-            raise InputError(src, name, "must be finite and non-negative")
+        _check_count_array(getattr(agg, name), name, shape, src)
+    for domain, arrays in agg.domains.items():
+        for what, value in arrays.items():
+            _check_count_array(value, f"{domain}_{what}", shapes.get(what, counts.shape), src)
+
+
+def _check_count_array(value: Any, name: str, shape: tuple[int, ...], src: str | None) -> None:
+    if value is None:
+        return
+    if not isinstance(value, np.ndarray) or not (
+        np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating)
+    ):
+        raise InputError(src, name, f"must be a numeric array, got dtype {getattr(value, 'dtype', None)}")
+    if value.shape != shape:
+        raise InputError(src, name, f"must have shape {shape}, got {value.shape}")
+    if not np.all(np.isfinite(value)) or np.any(value < 0):
+        raise InputError(src, name, "must be finite and non-negative")
 
 
 def _check_id_range(topk: np.ndarray, experts: int, src: str | None) -> None:

@@ -86,16 +86,21 @@ class TraceStats:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        rows = [{k: _plain(v) for k, v in row.items()} for row in self.layers.to_dict(orient="records")]
+        rows = [{k: _plain(v, k) for k, v in row.items()} for row in self.layers.to_dict(orient="records")]
         return {"kind": self.kind, "summary": self.summary, "layers": rows}
 
 
-def _plain(value: Any) -> Any:
-    """JSON-ready scalar: NumPy scalars unwrapped, NaN as None."""
+_INTEGER_COLUMNS = ("layer", "next_layer")  # float in the table when the last layer has no next
+
+
+def _plain(value: Any, column: str = "") -> Any:
+    """JSON-ready scalar: NumPy scalars unwrapped, NaN as None, layer numbers as ints."""
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and value != value:
         return None
+    if column in _INTEGER_COLUMNS and value is not None:
+        return int(value)
     return value
 
 

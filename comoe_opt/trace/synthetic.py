@@ -127,6 +127,9 @@ def _plackett_luce(table: np.ndarray, row: np.ndarray, k: int, rng: np.random.Ge
     cdf = np.cumsum(table, axis=1)
     cdf /= cdf[:, -1:]
     flat = (cdf + np.arange(n_rows)[:, None]).ravel()
+    # Tokens grouped by row keep the binary searches within one row's cache lines.
+    by_row = np.argsort(row, kind="stable")
+    row = row[by_row]
     tokens = row.size
     out = np.full((tokens, k), -1, dtype=np.int64)
     for rank in range(k):
@@ -143,7 +146,9 @@ def _plackett_luce(table: np.ndarray, row: np.ndarray, k: int, rng: np.random.Ge
             pending = pending[dup]
         if pending.size:
             out[pending, rank] = _masked_draw(table[row[pending]], out[pending, :rank], rng)
-    return out
+    result = np.empty_like(out)
+    result[by_row] = out
+    return result
 
 
 def _masked_draw(probs: np.ndarray, chosen: np.ndarray, rng: np.random.Generator) -> np.ndarray:

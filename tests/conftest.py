@@ -1,0 +1,152 @@
+"""Shared fixtures: small instance tables, a CLI runner, and the real traces.
+
+Real traces live in `../shared/traces` relative to the project root; tests
+that need them skip (with the reason) when they are absent. The 36 MB GPT-OSS
+routing file is read once per session.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+from hypothesis import HealthCheck, settings
+
+from comoe_opt.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+BASELINE = ROOT / "instances" / "paper-baseline.toml"
+TRACES = ROOT / ".." / "shared" / "traces"
+GPTOSS = TRACES / "gptoss20b" / "gptoss20b_routing.npz"
+
+# No test depends on wall-clock speed: hypothesis deadlines off.
+settings.register_profile(
+    "comoe", deadline=None, max_examples=40, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("thorough", parent=settings.get_profile("comoe"), max_examples=1000)
+settings.load_profile("comoe")  # `pytest --hypothesis-profile=thorough` for a longer search
+
+
+def small_table() -> dict[str, Any]:
+    """A valid instance table, small enough to generate in milliseconds."""
+    return {
+        "name": "small",
+        "model": {
+            "layers": 3,
+            "experts_per_layer": 8,
+            "top_k": 2,
+            "page_gb": 1.0,
+            "hidden_size": 16,
+            "bytes_per_element": 2,
+        },
+        "hardware": {
+            "chiplets": 4,
+            "capacity_gb": 4,
+            "local_bandwidth_gb_s": 100,
+            "peak_tflops": 10,
+            "d2d_bandwidth_gb_s": 50,
+            "nop_hops": [1, 1, 2, 2],
+            "hop_latency_ns": 20,
+            "prefetch_buffer_gb": 1,
+        },
+        "trace": {
+            "kind": "synthetic",
+            "zipf_alpha": 1.1,
+            "rho": 0.65,
+            "drift_every": 5,
+            "tokens_per_batch": 8,
+            "micro_batches": 12,
+            "seed": 3,
+        },
+        "policy": {"window_batches": 4},
+    }
+
+
+@pytest.fixture
+def table() -> dict[str, Any]:
+    """A fresh copy of the small valid instance table (mutate freely)."""
+    return copy.deepcopy(small_table())
+
+
+@pytest.fixture
+def write_toml(tmp_path: Path) -> Callable[..., Path]:
+    """Write a table (or raw text) to `tmp_path/<name>.toml` and return the path."""
+
+    def write(content: dict[str, Any] | str, name: str = "inst") -> Path:
+        path = tmp_path / f"{name}.toml"
+        text = content if isinstance(content, str) else tomli_w.dumps(content)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> dict[str, Any]:
+        """The single JSON object on stdout (fails if there is anything else)."""
+        lines = self.out.strip().splitlines()
+        assert len(lines) == 1, f"expected one line of JSON, got {len(lines)}"
+        obj = json.loads(lines[0])
+        assert isinstance(obj, dict)
+        return obj
+
+    def assert_user_error(self, *needles: str) -> str:
+        """Exit 2, exactly one stderr line, no traceback, mentioning every needle."""
+        assert self.code == 2, (self.code, self.err)
+        assert "Traceback" not in self.err
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1, self.err
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+        return lines[0]
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    """Run `comoe_opt.cli.main` in-process; argparse exits are turned into codes."""
+
+    def run(*args: str | Path) -> CliResult:
+        capsys.readouterr()
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse usage errors
+            code = exc.code if isinstance(exc.code, int) else 1
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    if not TRACES.is_dir():
+        pytest.skip(f"real traces not present at {TRACES}")
+    return TRACES
+
+
+@pytest.fixture(scope="session")
+def gptoss_trace():
+    """The GPT-OSS-20B per-token routing trace, read once per session."""
+    from comoe_opt.trace import read_trace
+
+    if not GPTOSS.is_file():
+        pytest.skip(f"GPT-OSS routing trace not present at {GPTOSS}")
+    return read_trace(GPTOSS)
+
+
+@pytest.fixture(scope="session")
+def gptoss_stats(gptoss_trace):
+    from comoe_opt.trace import trace_stats
+
+    return trace_stats(gptoss_trace)
