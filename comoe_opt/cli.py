@@ -19,6 +19,7 @@ import pandas as pd
 from comoe_opt import __version__
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, load_instance
+from comoe_opt.residency import commands as residency_commands
 from comoe_opt.trace import (
     Trace,
     aggregate_stats,
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("-o", "--output", type=Path, required=True, help="trace file (.npz or .parquet)")
     info = add_verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
     info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
+    residency_commands.register(verbs, add_verb)
     return parser
 
 

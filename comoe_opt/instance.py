@@ -151,6 +151,10 @@ class Policy:
     lease_windows: int = param(
         "windows a newly copied replica stays before it may be evicted (hysteresis)", ge=0, default=1
     )
+    all_resident: bool = param(
+        "every logical expert keeps at least one replica (serving engines such as SGLang require it)",
+        default=False,
+    )
     balance: Literal["work", "tokens"] = param(
         "balance expected expert work (weight reads + FLOPs) or token counts", default="work"
     )

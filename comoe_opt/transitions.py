@@ -15,11 +15,12 @@ evenly over the other E − s experts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from comoe_opt.trace.model import Trace
+if TYPE_CHECKING:  # trace statistics import this module: no runtime cycle
+    from comoe_opt.trace.model import Trace
 
 Pairs = Literal["kxk", "top1"]
 

@@ -1,0 +1,151 @@
+"""`comoe-opt solve`: the slow loop on one window, or window after window."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.instance import Instance, load_instance
+from comoe_opt.residency.demand import WindowDemand, demand_from_counts, window_demand
+from comoe_opt.residency.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import residency_problem
+from comoe_opt.residency.rolling import rolling_horizon
+from comoe_opt.residency.solve import METHODS, solve
+from comoe_opt.results import SolveResult
+from comoe_opt.trace import instance_batches, make_batches, read_trace
+from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.model import Trace
+
+
+def register(verbs: Any, add_verb: Any) -> None:
+    sub = add_verb(
+        verbs, "solve", "expert residency and replicas for a trace window (the slow loop)", cmd_solve
+    )
+    sub.add_argument("instance", type=Path, help="instance TOML file")
+    source = sub.add_mutually_exclusive_group()
+    source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
+    source.add_argument("--counts", type=Path, help="expert-load counts (logical_count [layers, experts])")
+    sub.add_argument("--method", choices=METHODS, default="milp")
+    sub.add_argument("--window", type=int, default=0, help="which window of the trace (default 0)")
+    sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
+    sub.add_argument("--time-limit", type=float, help="seconds (default: policy.time_limit_s)")
+    sub.add_argument("--gap", type=float, help="relative MIP gap (default: policy.mip_gap)")
+    sub.add_argument("-o", "--output", type=Path, help="write the placement (our JSON, or --export format)")
+    sub.add_argument(
+        "--export", choices=("sglang", "vllm-ascend"), help="write the placement for a serving engine"
+    )
+
+
+def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
+    instance = load_instance(args.instance)
+    if args.export and not args.output:
+        raise ComoeError("--export needs -o FILE")
+    limit = args.time_limit if args.time_limit is not None else instance.policy.time_limit_s
+    gap = args.gap if args.gap is not None else instance.policy.mip_gap
+    if args.rolling:
+        if args.counts:
+            raise ComoeError("--rolling needs a per-token trace, not --counts")
+        return _rolling(instance, _batches(instance, args.trace), args, limit)
+    demand, load = _demand(instance, args)
+    problem = residency_problem(instance, demand)
+    result = solve(problem, args.method, time_limit_s=limit, mip_gap=gap)
+    report = _result_dict(result)
+    if args.output and result.solution is not None:
+        report["output"] = str(_write(instance, result.solution, args, load))
+    report["_text"] = _format(instance, result, report.get("output"))
+    return report
+
+
+def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
+    if trace_path is None:
+        return instance_batches(instance)
+    trace = read_trace(trace_path, num_experts=instance.model.experts_per_layer)
+    if not isinstance(trace, Trace):
+        raise ComoeError(f"{trace_path}: holds aggregates only; use --counts for load counts")
+    if trace.layers != instance.model.layers or trace.top_k != instance.model.top_k:
+        raise ComoeError(
+            f"{trace_path}: {trace.layers} layers, top-{trace.top_k}; the instance has "
+            f"{instance.model.layers} layers, top-{instance.model.top_k}"
+        )
+    batching = getattr(instance.trace, "batching", "decode")
+    return make_batches(trace, instance.trace.tokens_per_batch, batching)
+
+
+def _demand(instance: Instance, args: argparse.Namespace) -> tuple[WindowDemand, Any]:
+    model = instance.model
+    if args.counts:
+        counts = read_load_counts(args.counts, model.layers, model.experts_per_layer)
+        demand = demand_from_counts(counts, instance.trace.tokens_per_batch, model.top_k)
+        window = instance.policy.window_batches
+        return WindowDemand(demand.tokens, demand.used, demand.hidden, window), counts
+    batches = _batches(instance, args.trace)
+    window = instance.policy.window_batches
+    start = args.window * window
+    if args.window < 0 or start >= batches.batches:
+        raise ComoeError(
+            f"--window {args.window} is outside the trace's {math.ceil(batches.batches / window)} windows"
+        )
+    part = batches.window(start, min(start + window, batches.batches))
+    demand = window_demand(part, instance.policy)
+    return demand, demand.tokens
+
+
+def _write(instance: Instance, placement: Placement, args: argparse.Namespace, load: Any) -> Path:
+    if args.export == "sglang":
+        return write_sglang(placement, args.output, load=load)
+    if args.export == "vllm-ascend":
+        return write_vllm_ascend(placement, args.output, load=load)
+    return write_placement(placement, args.output, page_gb=instance.model.page_gb, instance=instance.name)
+
+
+def _rolling(
+    instance: Instance, batches: MicroBatches, args: argparse.Namespace, limit: float
+) -> dict[str, Any]:
+    rows = []
+    lines = [f"{instance.name}: rolling horizon, {args.method}, windows of {instance.policy.window_batches}"]
+    for plan in rolling_horizon(instance, batches, args.method, time_limit_s=limit):
+        row = {"window": plan.window, "start": plan.start, "stop": plan.stop, **_result_dict(plan.result)}
+        row["pages_moved"] = plan.pages_moved
+        rows.append(row)
+        span = f"[{plan.start}, {plan.stop})"
+        lines.append(f"window {plan.window:>3} {span}  {plan.result.summary()}  moved {plan.pages_moved}")
+    moved = [r["pages_moved"] for r in rows[1:]]
+    if moved:
+        lines.append(
+            f"pages moved per window after the first: mean {sum(moved) / len(moved):.1f}, max {max(moved)}"
+        )
+    return {"instance": instance.name, "method": args.method, "windows": rows, "_text": "\n".join(lines)}
+
+
+def _result_dict(result: SolveResult[Placement]) -> dict[str, Any]:
+    out = result.to_dict()
+    placement = result.solution
+    if placement is not None:
+        out.update(
+            pages=placement.pages,
+            distinct_experts=placement.distinct,
+            replica_factor=placement.replica_factor(),
+            extra_replica_ratio=placement.extra_replica_ratio(),
+        )
+    return out
+
+
+def _format(instance: Instance, result: SolveResult[Placement], output: str | None) -> str:
+    r = result.report
+    lines = [f"{instance.name}: {result.summary()}"]
+    placement = result.solution
+    if placement is not None:
+        lines += [
+            f"  objective terms (ms over the window): balance {r['balance_ms']:.1f}, on-demand loads "
+            f"{r['miss_ms']:.1f}, NoP {r['nop_ms']:.1f}, copies {r['migration_ms']:.1f}",
+            f"  pages {placement.pages} for {placement.distinct} distinct experts: replica factor "
+            f"{placement.replica_factor():.3f} (extra/distinct {placement.extra_replica_ratio():.3f})",
+            f"  expected balance {r['expected_balance']:.4f}, pages moved {r['pages_moved']}",
+        ]
+    if output:
+        lines.append(f"  placement written to {output}")
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""Demand statistics of a trace window, the data the slow loop plans on.
+
+Per logical expert (l, e), over the micro-batches of a window:
+
+* `tokens[l, e]` — λ, mean selections per micro-batch;
+* `used[l, e]` — q, share of micro-batches that select it at least once
+  (each such micro-batch needs the page once);
+* `hidden[l, e]` — h, share of those uses in which transition-graph prefetch
+  would already have asked for the page (see `comoe_opt.prefetch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from comoe_opt.errors import InputError
+from comoe_opt.instance import Policy
+from comoe_opt.prefetch import prefetch_targets, prefetched
+from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.transitions import TransitionGraph, transition_counts
+
+
+@dataclass(frozen=True, eq=False)
+class WindowDemand:
+    tokens: np.ndarray  # [L, E] float64, λ
+    used: np.ndarray  # [L, E] float64 in [0, 1], q
+    hidden: np.ndarray  # [L, E] float64 in [0, 1], h
+    batches: int  # micro-batches the statistics come from
+
+    def __post_init__(self) -> None:
+        shape = self.tokens.shape
+        if self.used.shape != shape or self.hidden.shape != shape:
+            raise InputError(None, "demand", "tokens, used and hidden must have one shape")
+        if np.any(self.tokens < 0) or not np.all(np.isfinite(self.tokens)):
+            raise InputError(None, "demand.tokens", "must be finite and non-negative")
+
+    @property
+    def layers(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def experts(self) -> int:
+        return self.tokens.shape[1]
+
+
+def used_mask(experts: np.ndarray, num_experts: int) -> np.ndarray:
+    """Bool [batches, layers, E]: expert selected at least once in the micro-batch."""
+    batches, _, layers, _ = experts.shape
+    out = np.zeros((batches, layers, num_experts), dtype=bool)
+    b = np.arange(batches)[:, None, None, None]
+    layer = np.arange(layers)[None, None, :, None]
+    out[b, layer, experts.astype(np.int64)] = True
+    return out
+
+
+def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph | None = None) -> WindowDemand:
+    """Demand of a window; prefetch coverage from `graph` (default: learnt on the window itself)."""
+    experts = window.experts
+    n = window.batches
+    e = window.num_experts
+    layers = window.layers
+    flat = experts.reshape(-1, layers, window.top_k)
+    offsets = (np.arange(layers) * e)[None, :, None]
+    counts = np.bincount((flat.astype(np.int64) + offsets).ravel(), minlength=layers * e).reshape(layers, e)
+    used = used_mask(experts, e)
+    if graph is None:
+        graph = TransitionGraph.from_counts(
+            transition_counts(flat, e), policy.transition_eps, policy.transition_top_s
+        )
+    hit = prefetched(used, prefetch_targets(graph, policy)) & used
+    uses = used.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hidden = np.where(uses > 0, hit.sum(axis=0) / uses, 0.0)
+    return WindowDemand(counts / n, uses / n, hidden, n)
+
+
+def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) -> WindowDemand:
+    """Demand from load counts only (no per-token trace): each layer's counts are
+    scaled to `tokens_per_batch · top_k` selections per micro-batch, use
+    probability from a Poisson approximation `q = 1 − exp(−λ)`, no prefetch."""
+    counts = np.asarray(counts, dtype=np.float64)
+    totals = counts.sum(axis=1, keepdims=True)
+    if np.any(totals <= 0):
+        raise InputError(None, "logical_count", "every layer needs a positive total count")
+    tokens = counts / totals * (tokens_per_batch * top_k)
+    return WindowDemand(tokens, 1.0 - np.exp(-tokens), np.zeros_like(tokens), 0)

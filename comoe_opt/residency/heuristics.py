@@ -1,0 +1,215 @@
+"""Slow-loop heuristics: replica counts per logical expert, then `assign_replicas`.
+
+* `static` — one home per expert, the most used experts first until the pages
+  run out; no replicas.
+* `hot` — hot replication: residency by window frequency, and a share of the
+  pages spent on one extra replica each for the hottest experts.
+* `eplb` — DeepSeek's EPLB, written from its published description: per
+  layer, every expert gets one replica, then the expert with the largest
+  load per replica gets another until the layer's slots are used; replicas
+  are then packed onto devices heaviest first, each to the least loaded device
+  with a free slot. Unlike EPLB, a device never holds two copies of one expert.
+* `greedy` — transition-aware marginal greedy on the objective: a page goes
+  to the action with the largest gain per page, where a first replica gains
+  the expected on-demand load time it removes (already discounted for what
+  prefetch hides: the transition graph's coupling) minus its copy time, and
+  an extra replica gains the balance it buys.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+
+HOT_REPLICA_SHARE = 0.2  # share of the pages `hot` spends on extra replicas
+
+
+def static(problem: ResidencyProblem) -> Placement:
+    counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
+    _fill_first_replicas(problem, counts, _popularity(problem), problem.page_limit)
+    return assign_replicas(problem, counts)
+
+
+def hot(problem: ResidencyProblem) -> Placement:
+    limit = problem.page_limit
+    extra = int(HOT_REPLICA_SHARE * limit) if problem.max_replicas > 1 else 0
+    counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
+    order = _popularity(problem)
+    _fill_first_replicas(problem, counts, order, limit - extra)
+    quota = _QuotaTracker(problem, counts)
+    for flat in order:
+        if extra == 0:
+            break
+        layer, e = divmod(int(flat), problem.experts)
+        if counts[layer, e] == 1 and quota.allows(layer, e):
+            counts[layer, e] = 2
+            quota.add(layer, e)
+            extra -= 1
+    return assign_replicas(problem, counts)
+
+
+def eplb(problem: ResidencyProblem) -> Placement:
+    """EPLB's replicate-then-pack, per layer. Each device gives every layer the same
+    number of slots, `capacity // layers`, as an EP deployment does."""
+    slots = problem.capacity_pages // problem.layers
+    per_layer = int(min(slots.sum(), problem.budget_pages // problem.layers))
+    counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
+    for layer in range(problem.layers):
+        counts[layer] = _eplb_replicate(problem.tokens[layer], per_layer, problem.max_replicas)
+    counts = _respect_quotas(problem, counts)
+    return Placement(
+        np.stack([_eplb_pack(problem, layer, counts[layer], slots) for layer in range(problem.layers)])
+    )
+
+
+def _eplb_replicate(load: np.ndarray, slots: int, max_replicas: int) -> np.ndarray:
+    """One replica per expert, then one more for the largest load per replica, until the slots are used."""
+    counts = np.zeros(load.size, dtype=np.int64)
+    if slots < load.size:  # not every expert fits: the most loaded ones do
+        counts[np.argsort(-load, kind="stable")[:slots]] = 1
+        return counts
+    counts[:] = 1
+    for _ in range(slots - load.size):
+        ratio = np.where(counts < max_replicas, load / counts, -1.0)
+        best = int(np.argmax(ratio))
+        if ratio[best] < 0:
+            break  # every expert is at the replica limit
+        counts[best] += 1
+    return counts
+
+
+def _eplb_pack(problem: ResidencyProblem, layer: int, counts: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Balanced packing: heaviest replica first onto the least loaded device with a free slot."""
+    load = np.zeros(problem.chiplets)
+    used = np.zeros(problem.chiplets, dtype=np.int64)
+    out = np.zeros((problem.experts, problem.chiplets), dtype=bool)
+    pieces = [
+        (-problem.tokens[layer, e] / counts[e], e) for e in np.flatnonzero(counts) for _ in range(counts[e])
+    ]
+    for neg_load, e in sorted(pieces):
+        open_ = np.flatnonzero((used < slots) & ~out[e])
+        if open_.size == 0:
+            continue
+        c = open_[np.argmin(load[open_])]
+        out[e, c] = True
+        used[c] += 1
+        load[c] -= neg_load
+    return out
+
+
+def greedy(problem: ResidencyProblem) -> Placement:
+    counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
+    limit = problem.page_limit
+    prev = problem.previous_replicas()
+    counts[:] = _floor_replicas(problem)
+    quota = _QuotaTracker(problem, counts)
+    w = problem.batches
+    mean_work = problem.work_ms.min(axis=2).sum(axis=1) / problem.chiplets  # balance floor per layer
+    heap: list[tuple[float, int, int]] = []
+
+    def gain(layer: int, e: int) -> float:
+        r = counts[layer, e]
+        copy = 0.0 if r < prev[layer, e] else problem.copy_ms
+        if r >= problem.max_replicas:
+            return -np.inf
+        if r == 0:
+            return w * problem.miss_ms[layer, e] - copy
+        piece = problem.work_ms[layer, e].min()
+        floor = mean_work[layer]
+        return w * (max(floor, piece / r) - max(floor, piece / (r + 1))) - copy
+
+    for layer in range(problem.layers):
+        for e in range(problem.experts):
+            g = gain(layer, e)
+            if g > 0:
+                heapq.heappush(heap, (-g, layer, e))
+    pages = int(counts.sum())
+    while heap and pages < limit:
+        neg, layer, e = heapq.heappop(heap)
+        g = gain(layer, e)
+        if g <= 0:
+            continue
+        if g < -neg - 1e-12:  # stale entry: re-queue with its current gain
+            heapq.heappush(heap, (-g, layer, e))
+            continue
+        if not quota.allows(layer, e):
+            continue
+        counts[layer, e] += 1
+        quota.add(layer, e)
+        pages += 1
+        g = gain(layer, e)
+        if g > 0:
+            heapq.heappush(heap, (-g, layer, e))
+    return assign_replicas(problem, counts)
+
+
+HEURISTICS = {"static": static, "hot": hot, "eplb": eplb, "greedy": greedy}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _popularity(problem: ResidencyProblem) -> np.ndarray:
+    """Flat (l, e) indices, most used first (ties: more tokens, then lower index)."""
+    used = problem.miss_ms.ravel() if problem.has("miss") else problem.tokens.ravel()
+    return np.lexsort((-problem.tokens.ravel(), -used))
+
+
+def _fill_first_replicas(
+    problem: ResidencyProblem, counts: np.ndarray, order: np.ndarray, limit: int
+) -> None:
+    counts[:] = np.maximum(counts, _floor_replicas(problem))
+    quota = _QuotaTracker(problem, counts)
+    pages = int(counts.sum())
+    for flat in order:
+        if pages >= limit:
+            break
+        layer, e = divmod(int(flat), problem.experts)
+        if counts[layer, e] == 0 and problem.miss_ms[layer, e] > 0 and quota.allows(layer, e):
+            counts[layer, e] = 1
+            quota.add(layer, e)
+            pages += 1
+
+
+def _floor_replicas(problem: ResidencyProblem) -> np.ndarray:
+    """Replicas every placement must keep: leased ones, and one per expert when all must be resident."""
+    floor = problem.leased_replicas()
+    if problem.all_resident:
+        floor = np.maximum(floor, 1)
+    return floor
+
+
+def _respect_quotas(problem: ResidencyProblem, counts: np.ndarray) -> np.ndarray:
+    """Drop the lightest replicas of a tenant over its quota."""
+    counts = counts.copy()
+    for tenant in problem.tenants:
+        while int(counts[tenant.owns].sum()) > tenant.max_pages:
+            owned = np.argwhere(tenant.owns & (counts > 0))
+            per = problem.tokens[owned[:, 0], owned[:, 1]] / counts[owned[:, 0], owned[:, 1]]
+            layer, e = owned[np.argmin(per)]
+            counts[layer, e] -= 1
+    return counts
+
+
+class _QuotaTracker:
+    """Pages per tenant, so heuristics never exceed a tenant's quota."""
+
+    def __init__(self, problem: ResidencyProblem, counts: np.ndarray):
+        self.tenants = problem.tenants
+        self.used = [int(counts[t.owns].sum()) for t in self.tenants]
+
+    def allows(self, layer: int, e: int) -> bool:
+        return all(
+            not t.owns[layer, e] or used < t.max_pages
+            for t, used in zip(self.tenants, self.used, strict=True)
+        )
+
+    def add(self, layer: int, e: int) -> None:
+        for i, t in enumerate(self.tenants):
+            if t.owns[layer, e]:
+                self.used[i] += 1

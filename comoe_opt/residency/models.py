@@ -1,0 +1,210 @@
+"""Pyomo models of the slow loop (see formulations/residency.md).
+
+* `build_full_model` — the residency MILP as stated: binary `x[l,e,c]`,
+  residency `u[l,e]`, token shares `s[l,e,c]`, per-layer makespan `z[l]`.
+  Exact, but symmetric in identical chiplets and large (L·E·C binaries).
+* `build_replica_model` — the same problem over replica *counts*: binary
+  `w[l,e,j]` = "(l, e) has exactly j replicas". Every placement maps to a
+  feasible point of it with no larger objective, so its optimum (and its LP
+  relaxation) bounds the full model from below; it has no chiplet symmetry
+  and only L·E·J binaries, J the useful replica counts (1–3 in practice).
+
+Both take a `ResidencyProblem` and return a `pyo.ConcreteModel` whose
+objective is the window objective in ms.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyomo.environ as pyo
+
+from comoe_opt.residency.problem import ResidencyProblem
+
+
+def useful_replicas(problem: ResidencyProblem) -> np.ndarray:
+    """J[l, e]: the most replicas that can pay off.
+
+    A replica beyond `ceil(work / floor_l)` cannot lower the layer's makespan
+    below its floor `floor_l = Σ_e min_c work / C`, so it only costs pages.
+    Leased replicas are kept whatever they are worth.
+    """
+    piece = problem.work_ms.min(axis=2)
+    floor = piece.sum(axis=1, keepdims=True) / problem.chiplets
+    with np.errstate(divide="ignore", invalid="ignore"):
+        need = np.where(floor > 0, np.ceil(piece / np.maximum(floor, 1e-300) - 1e-9), 1)
+    useful = np.clip(need, 1, problem.max_replicas).astype(np.int64)
+    demand = (problem.tokens > 0) | (problem.miss_ms > 0)
+    useful = np.where(demand | problem.all_resident, useful, 0)
+    return np.maximum(useful, problem.leased_replicas())
+
+
+def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
+    """The replica-count model: a lower bound on the full model, and its replica counts."""
+    m = pyo.ConcreteModel(name="replica_counts")
+    jmax = useful_replicas(problem)
+    piece = problem.work_ms.min(axis=2)
+    floor = piece.sum(axis=1) / problem.chiplets
+    W = problem.batches
+    m.LE = pyo.Set(initialize=[(l, e) for l, e in zip(*np.nonzero(jmax), strict=True)], dimen=2)
+    m.LEJ = pyo.Set(initialize=[(l, e, j) for l, e in m.LE for j in range(1, int(jmax[l, e]) + 1)], dimen=3)
+    m.L = pyo.RangeSet(0, problem.layers - 1)
+    m.w = pyo.Var(m.LEJ, domain=pyo.Binary)
+    m.z = pyo.Var(m.L, bounds=lambda _, l: (float(floor[l]), None))
+
+    def one_count(m, l, e):
+        chosen = sum(m.w[l, e, j] for j in _js(jmax, l, e))
+        return chosen == 1 if problem.all_resident else chosen <= 1
+
+    m.one_count = pyo.Constraint(m.LE, rule=one_count)
+
+    def replicas(m, l, e):
+        return sum(j * m.w[l, e, j] for j in _js(jmax, l, e))
+
+    # slowest chiplet: an expert with j replicas puts at least work/j on one chiplet
+    heavy = [(l, e) for l, e in m.LE if piece[l, e] > floor[l] * (1 + 1e-9)]
+    m.makespan = pyo.Constraint(
+        pyo.Set(initialize=heavy, dimen=2),
+        rule=lambda m, l, e: m.z[l] >= sum(piece[l, e] / j * m.w[l, e, j] for j in _js(jmax, l, e)),
+    )
+    pages = sum(replicas(m, l, e) for l, e in m.LE)
+    if len(m.LE):  # with no expert worth a page, there is nothing to limit
+        m.capacity = pyo.Constraint(expr=pages <= problem.page_limit)
+    leased = problem.leased_replicas()
+    m.lease = pyo.Constraint(
+        pyo.Set(initialize=[(l, e) for l, e in m.LE if leased[l, e] > 0], dimen=2),
+        rule=lambda m, l, e: replicas(m, l, e) >= int(leased[l, e]),
+    )
+    if problem.tenants:
+        m.T = pyo.RangeSet(0, len(problem.tenants) - 1)
+        m.quota = pyo.Constraint(
+            m.T,
+            rule=lambda m, t: (
+                sum(replicas(m, l, e) for l, e in m.LE if problem.tenants[t].owns[l, e])
+                <= problem.tenants[t].max_pages
+            ),
+        )
+    copies = _copies(m, problem, jmax, replicas)
+    miss = sum(
+        float(problem.miss_ms[l, e]) * (1 - sum(m.w[l, e, j] for j in _js(jmax, l, e))) for l, e in m.LE
+    )
+    nop_floor = float(problem.tokens.sum() * problem.nop_ms_per_token.min())
+    m.obj = pyo.Objective(expr=W * (sum(m.z[l] for l in m.L) + miss + nop_floor) + copies, sense=pyo.minimize)
+    m.jmax = jmax  # kept for reading the solution
+    return m
+
+
+def _js(jmax: np.ndarray, l: int, e: int) -> range:
+    return range(1, int(jmax[l, e]) + 1)
+
+
+def _copies(m: pyo.ConcreteModel, problem: ResidencyProblem, jmax: np.ndarray, replicas) -> object:
+    """Pages copied: at least the replicas beyond those already resident."""
+    if problem.copy_ms == 0:
+        return 0.0
+    prev = problem.previous_replicas()
+    m.new = pyo.Var(m.LE, domain=pyo.NonNegativeReals)
+    m.copied = pyo.Constraint(m.LE, rule=lambda m, l, e: m.new[l, e] >= replicas(m, l, e) - int(prev[l, e]))
+    return problem.copy_ms * sum(m.new[l, e] for l, e in m.LE)
+
+
+def replica_counts(m: pyo.ConcreteModel, problem: ResidencyProblem) -> np.ndarray:
+    """Replica counts [L, E] of a solved replica model."""
+    counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
+    for (l, e, j), var in m.w.items():
+        if var.value is not None and var.value > 0.5:
+            counts[l, e] = j
+    return counts
+
+
+def set_replica_counts(m: pyo.ConcreteModel, problem: ResidencyProblem, counts: np.ndarray) -> None:
+    """Load `counts` as the model's starting point (a warm start)."""
+    for (l, e, j), var in m.w.items():
+        var.set_value(1.0 if counts[l, e] == j else 0.0)
+    piece = problem.work_ms.min(axis=2)
+    for l in m.L:
+        z = m.z[l].lb
+        for e in np.flatnonzero(counts[l] > 0):
+            z = max(z, piece[l, e] / counts[l, e])
+        m.z[l].set_value(z)
+    if hasattr(m, "new"):
+        prev = problem.previous_replicas()
+        for (l, e), var in m.new.items():
+            var.set_value(float(max(0, counts[l, e] - prev[l, e])))
+
+
+def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
+    """The residency MILP over x[l,e,c] (exact; for small instances and for checking)."""
+    m = pyo.ConcreteModel(name="residency")
+    L, E, C = problem.layers, problem.experts, problem.chiplets
+    W = problem.batches
+    m.L, m.E, m.C = pyo.RangeSet(0, L - 1), pyo.RangeSet(0, E - 1), pyo.RangeSet(0, C - 1)
+    m.x = pyo.Var(m.L, m.E, m.C, domain=pyo.Binary)
+    m.u = pyo.Var(m.L, m.E, domain=pyo.Binary)
+    m.s = pyo.Var(m.L, m.E, m.C, bounds=(0, 1))
+    m.z = pyo.Var(m.L, domain=pyo.NonNegativeReals)
+    m.capacity = pyo.Constraint(
+        m.C, rule=lambda m, c: sum(m.x[l, e, c] for l in m.L for e in m.E) <= int(problem.capacity_pages[c])
+    )
+    m.budget = pyo.Constraint(expr=sum(m.x.values()) <= problem.budget_pages)
+    m.replicas = pyo.Constraint(
+        m.L, m.E, rule=lambda m, l, e: sum(m.x[l, e, c] for c in m.C) <= problem.max_replicas
+    )
+    m.resident = pyo.Constraint(m.L, m.E, rule=lambda m, l, e: m.u[l, e] <= sum(m.x[l, e, c] for c in m.C))
+    if problem.all_resident:
+        for var in m.u.values():
+            var.fix(1)
+    m.any_copy = pyo.Constraint(m.L, m.E, m.C, rule=lambda m, l, e, c: m.x[l, e, c] <= m.u[l, e])
+    m.split = pyo.Constraint(m.L, m.E, rule=lambda m, l, e: sum(m.s[l, e, c] for c in m.C) == 1)
+    # a resident expert runs only on its replicas; a non-resident one anywhere
+    m.on_replica = pyo.Constraint(
+        m.L, m.E, m.C, rule=lambda m, l, e, c: m.s[l, e, c] <= m.x[l, e, c] + 1 - m.u[l, e]
+    )
+    m.makespan = pyo.Constraint(
+        m.L,
+        m.C,
+        rule=lambda m, l, c: sum(float(problem.work_ms[l, e, c]) * m.s[l, e, c] for e in m.E) <= m.z[l],
+    )
+    if problem.leased is not None:
+        for l, e, c in zip(*np.nonzero(problem.leased), strict=True):
+            m.x[l, e, c].fix(1)
+    if problem.tenants:
+        m.T = pyo.RangeSet(0, len(problem.tenants) - 1)
+        m.quota = pyo.Constraint(
+            m.T,
+            rule=lambda m, t: (
+                sum(
+                    m.x[l, e, c]
+                    for l, e in zip(*np.nonzero(problem.tenants[t].owns), strict=True)
+                    for c in m.C
+                )
+                <= problem.tenants[t].max_pages
+            ),
+        )
+    prev = problem.previous.resident if problem.previous is not None else np.zeros((L, E, C), dtype=bool)
+    copies = sum(m.x[l, e, c] for l in m.L for e in m.E for c in m.C if not prev[l, e, c])
+    nop = sum(
+        float(problem.nop_ms_per_token[c] * problem.tokens[l, e]) * m.s[l, e, c]
+        for l in m.L
+        for e in m.E
+        for c in m.C
+    )
+    miss = sum(float(problem.miss_ms[l, e]) * (1 - m.u[l, e]) for l in m.L for e in m.E)
+    m.obj = pyo.Objective(
+        expr=W * (sum(m.z.values()) + miss + nop) + problem.copy_ms * copies, sense=pyo.minimize
+    )
+    return m
+
+
+def full_model_placement(m: pyo.ConcreteModel, problem: ResidencyProblem) -> np.ndarray:
+    out = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
+    for (l, e, c), var in m.x.items():
+        out[l, e, c] = var.value is not None and var.value > 0.5
+    return out
+
+
+def floor_ms(problem: ResidencyProblem) -> float:
+    """A trivial bound: every layer's makespan floor, with every expert resident."""
+    floor = problem.work_ms.min(axis=2).sum(axis=1) / problem.chiplets
+    return problem.batches * float(floor.sum()) if not math.isnan(floor.sum()) else 0.0

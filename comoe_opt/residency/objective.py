@@ -1,0 +1,145 @@
+"""The slow-loop objective of a placement, evaluated exactly.
+
+For a fixed placement, the best token shares of each layer are a small LP:
+
+    min  z_l + Σ_{e,c} nop_c · λ_le · s_lec
+    s.t. Σ_c s_lec = 1                    for every expert with demand
+         s_lec = 0 unless c holds (l, e)  (an expert with no replica may run anywhere)
+         Σ_e work_lec · s_lec <= z_l      for every chiplet c
+
+solved with HiGHS (through SciPy's `linprog`). The window objective adds the
+on-demand loads of non-resident experts and the copies from the previous
+placement:
+
+    J = W · Σ_l (z_l + nop_l + Σ_e miss_le · [no replica]) + copy_ms · pages copied
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+
+
+@dataclass(frozen=True)
+class ObjectiveTerms:
+    """The window objective split into its terms (all in ms over the window)."""
+
+    balance_ms: float  # W · Σ_l z_l: slowest chiplet's expected expert work
+    miss_ms: float  # W · on-demand loads of experts with no replica
+    nop_ms: float  # W · token link time to the chosen chiplets
+    migration_ms: float  # pages copied · copy time
+    pages_moved: int
+    layer_makespan_ms: tuple[float, ...]  # z_l per micro-batch
+    layer_balance: tuple[float, ...]  # mean / max expected chiplet work per layer (1 = even)
+
+    @property
+    def total(self) -> float:
+        return self.balance_ms + self.miss_ms + self.nop_ms + self.migration_ms
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {
+            "total_ms": self.total,
+            "balance_ms": self.balance_ms,
+            "miss_ms": self.miss_ms,
+            "nop_ms": self.nop_ms,
+            "migration_ms": self.migration_ms,
+            "pages_moved": self.pages_moved,
+            "expected_balance": self.expected_balance,
+        }
+
+    @property
+    def expected_balance(self) -> float:
+        """Mean over layers of mean / max expected chiplet work."""
+        return float(np.mean(self.layer_balance)) if self.layer_balance else 1.0
+
+
+def check_feasible(problem: ResidencyProblem, placement: Placement) -> list[str]:
+    """Constraint violations of a placement (empty when feasible)."""
+    problems = []
+    used = placement.pages_per_chiplet()
+    for c in np.flatnonzero(used > problem.capacity_pages):
+        problems.append(f"chiplet {c} holds {used[c]} pages > capacity {problem.capacity_pages[c]}")
+    if placement.pages > problem.budget_pages:
+        problems.append(f"{placement.pages} pages > replica budget {problem.budget_pages}")
+    if placement.replicas().max(initial=0) > problem.max_replicas:
+        problems.append(f"an expert has more than {problem.max_replicas} replicas")
+    if problem.leased is not None and np.any(problem.leased & ~placement.resident):
+        problems.append("a leased replica was evicted")
+    for tenant in problem.tenants:
+        pages = int(placement.resident[tenant.owns].sum())
+        if pages > tenant.max_pages:
+            problems.append(f"tenant {tenant.name} holds {pages} pages > quota {tenant.max_pages}")
+    return problems
+
+
+def evaluate(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
+    """Exact objective of `placement` (raises if it violates a constraint)."""
+    violations = check_feasible(problem, placement)
+    if violations:
+        raise ComoeError("infeasible placement: " + "; ".join(violations))
+    w = problem.batches
+    resident_any = placement.resident.any(axis=2)
+    miss = float((problem.miss_ms * ~resident_any).sum())
+    makespans, nops, balance = [], [], []
+    for layer in range(problem.layers):
+        z, nop, shares = layer_shares(problem, placement.resident[layer], layer)
+        makespans.append(z)
+        nops.append(nop)
+        busy = (problem.work_ms[layer] * shares).sum(axis=0)
+        balance.append(float(busy.mean() / busy.max()) if busy.max() > 0 else 1.0)
+    moved = placement.pages_moved_from(problem.previous)
+    return ObjectiveTerms(
+        balance_ms=w * float(sum(makespans)),
+        miss_ms=w * miss,
+        nop_ms=w * float(sum(nops)),
+        migration_ms=problem.copy_ms * moved,
+        pages_moved=moved,
+        layer_makespan_ms=tuple(makespans),
+        layer_balance=tuple(balance),
+    )
+
+
+def layer_shares(
+    problem: ResidencyProblem, resident: np.ndarray, layer: int
+) -> tuple[float, float, np.ndarray]:
+    """(z_l, nop_l, shares [E, C]) of one layer for the replica map `resident` [E, C]."""
+    work = problem.work_ms[layer]
+    tokens = problem.tokens[layer]
+    nop = problem.nop_ms_per_token
+    experts, chiplets = resident.shape
+    active = np.flatnonzero((tokens > 0) | (work.sum(axis=1) > 0))
+    shares = np.zeros((experts, chiplets))
+    if active.size == 0:
+        return 0.0, 0.0, shares
+    allowed = resident[active] | ~resident[active].any(axis=1, keepdims=True)
+    e_idx, c_idx = np.nonzero(allowed)
+    n = e_idx.size
+    # columns: s for each allowed (expert, chiplet) pair, then z
+    cost = np.concatenate((nop[c_idx] * tokens[active][e_idx], [1.0]))
+    a_eq = sp.csr_matrix((np.ones(n), (e_idx, np.arange(n))), shape=(active.size, n + 1))
+    rows = np.concatenate((c_idx, np.arange(chiplets)))
+    cols = np.concatenate((np.arange(n), np.full(chiplets, n)))
+    vals = np.concatenate((work[active][e_idx, c_idx], -np.ones(chiplets)))
+    a_ub = sp.csr_matrix((vals, (rows, cols)), shape=(chiplets, n + 1))
+    res = linprog(
+        cost,
+        A_ub=a_ub,
+        b_ub=np.zeros(chiplets),
+        A_eq=a_eq,
+        b_eq=np.ones(active.size),
+        bounds=(0, None),
+        method="highs",
+    )
+    if res.status != 0:
+        raise RuntimeError(f"share LP of layer {layer} failed: {res.message}")
+    s = res.x[:n]
+    shares[active[e_idx], c_idx] = s
+    z = float(res.x[n])
+    return z, float(res.fun - z), shares

@@ -1,0 +1,212 @@
+"""The slow-loop problem of one window: costs in milliseconds, limits in pages.
+
+Built from an instance, the demand of a trace window and the previous
+placement (`residency_problem`). Every model and heuristic of the slow loop
+reads this one immutable object, and every placement is scored by the same
+objective (`comoe_opt.residency.objective`). See `formulations/residency.md`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.instance import Instance
+from comoe_opt.residency.demand import WindowDemand
+from comoe_opt.residency.placement import Placement
+
+TERMS = frozenset({"miss", "prefetch", "balance", "migration", "nop", "quota"})
+
+
+@dataclass(frozen=True, eq=False)
+class Tenant:
+    """A tenant (security domain) owns some logical experts and may keep at most `max_pages` resident."""
+
+    name: str
+    owns: np.ndarray  # [L, E] bool
+    max_pages: int
+
+
+@dataclass(frozen=True, eq=False)
+class ResidencyProblem:
+    miss_ms: np.ndarray  # [L, E] per micro-batch, paid when (l, e) has no replica
+    work_ms: np.ndarray  # [L, E, C] expected expert work per micro-batch if all of it ran on c
+    tokens: np.ndarray  # [L, E] λ, selections per micro-batch
+    nop_ms_per_token: np.ndarray  # [C] NoP pressure of sending one token to c and back
+    capacity_pages: np.ndarray  # [C] int
+    budget_pages: int
+    max_replicas: int
+    copy_ms: float  # per page copied (already weighted by policy.migration_weight)
+    batches: int  # micro-batches the per-batch terms are multiplied by
+    previous: Placement | None = None
+    leased: np.ndarray | None = None  # [L, E, C] bool: replicas that must stay
+    tenants: tuple[Tenant, ...] = ()
+    terms: frozenset[str] = field(default=TERMS)
+    all_resident: bool = False  # every logical expert must keep a replica
+
+    def __post_init__(self) -> None:
+        check_feasibility(self)
+
+    @property
+    def page_limit(self) -> int:
+        """Pages any placement may hold: capacity and budget permitting."""
+        return int(min(self.capacity_pages.sum(), self.budget_pages))
+
+    @property
+    def layers(self) -> int:
+        return self.miss_ms.shape[0]
+
+    @property
+    def experts(self) -> int:
+        return self.miss_ms.shape[1]
+
+    @property
+    def chiplets(self) -> int:
+        return self.work_ms.shape[2]
+
+    def has(self, term: str) -> bool:
+        return term in self.terms
+
+    def previous_replicas(self) -> np.ndarray:
+        if self.previous is None:
+            return np.zeros((self.layers, self.experts), dtype=np.int64)
+        return self.previous.replicas()
+
+    def leased_replicas(self) -> np.ndarray:
+        if self.leased is None:
+            return np.zeros((self.layers, self.experts), dtype=np.int64)
+        return self.leased.sum(axis=2)
+
+
+def check_feasibility(problem: ResidencyProblem) -> None:
+    """Raise a `ComoeError` naming the shortfall when no placement can satisfy the limits."""
+    limit = problem.page_limit
+    what = "capacity" if limit == int(problem.capacity_pages.sum()) else "replica budget"
+    if problem.all_resident:
+        need = problem.layers * problem.experts
+        if need > limit:
+            raise ComoeError(
+                f"every expert resident needs {need} pages but the {what} allows {limit}: "
+                f"short by {need - limit} pages"
+            )
+    if problem.leased is not None:
+        leased = problem.leased.sum(axis=(0, 1))
+        over = np.flatnonzero(leased > problem.capacity_pages)
+        if over.size:
+            c = int(over[0])
+            room = int(problem.capacity_pages[c])
+            raise ComoeError(
+                f"chiplet {c} must keep {int(leased[c])} leased pages but has room for {room}: "
+                f"short by {int(leased[c]) - room} pages"
+            )
+        if int(problem.leased.sum()) > limit:
+            raise ComoeError(f"{int(problem.leased.sum())} leased pages exceed the {what} of {limit} pages")
+    for tenant in problem.tenants:
+        floor = int(problem.leased[tenant.owns].sum()) if problem.leased is not None else 0
+        if problem.all_resident:
+            floor = max(floor, int(tenant.owns.sum()))
+        if floor > tenant.max_pages:
+            raise ComoeError(
+                f"tenant {tenant.name} needs {floor} pages but its quota is {tenant.max_pages}: "
+                f"short by {floor - tenant.max_pages} pages"
+            )
+
+
+def load_ms(instance: Instance) -> float:
+    """Time to load one page over the effective die-to-die bandwidth, ms."""
+    return instance.model.page_gb / instance.hardware.d2d_bandwidth_gb_s * 1e3
+
+
+def residency_problem(
+    instance: Instance,
+    demand: WindowDemand,
+    previous: Placement | None = None,
+    *,
+    leased: np.ndarray | None = None,
+    tenants: tuple[Tenant, ...] = (),
+    terms: frozenset[str] = TERMS,
+    batches: int | None = None,
+) -> ResidencyProblem:
+    """The window's problem; `batches` (default: the window length) scales per-batch terms."""
+    unknown = set(terms) - TERMS
+    if unknown:
+        raise ComoeError(f"unknown objective terms {sorted(unknown)} (known: {sorted(TERMS)})")
+    model, hw, policy = instance.model, instance.hardware, instance.policy
+    if demand.layers != model.layers or demand.experts != model.experts_per_layer:
+        raise ComoeError(
+            f"demand is {demand.layers} x {demand.experts}, the instance "
+            f"{model.layers} x {model.experts_per_layer}"
+        )
+    miss = _miss_ms(instance, demand, terms)
+    work = _work_ms(instance, demand)
+    capacity = np.floor(np.asarray(hw.capacity_gb) / model.page_gb + 1e-9).astype(np.int64)
+    budget = policy.replica_budget_pages or int(capacity.sum())
+    max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
+    copy = load_ms(instance) * policy.migration_weight if "migration" in terms else 0.0
+    nop = _nop_ms_per_token(instance) if "nop" in terms else np.zeros(hw.chiplets)
+    if "balance" not in terms:
+        work = np.zeros_like(work)
+    return ResidencyProblem(
+        miss_ms=miss,
+        work_ms=work,
+        tokens=demand.tokens,
+        nop_ms_per_token=nop,
+        capacity_pages=capacity,
+        budget_pages=int(budget),
+        max_replicas=int(max_replicas),
+        copy_ms=copy,
+        batches=int(batches if batches is not None else max(demand.batches, 1)),
+        previous=previous,
+        leased=leased,
+        tenants=tenants if "quota" in terms else (),
+        terms=frozenset(terms),
+        all_resident=policy.all_resident,
+    )
+
+
+def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str]) -> np.ndarray:
+    """Expected on-demand load time per micro-batch of a non-resident expert.
+
+    A use that prefetch covers still pays `prefetch_exposed` of the load
+    (it shares the die-to-die link); without the prefetch term every use pays
+    the whole load.
+    """
+    if "miss" not in terms:
+        return np.zeros_like(demand.used)
+    exposed = 1.0
+    if "prefetch" in terms:
+        exposed = 1.0 - (1.0 - instance.policy.prefetch_exposed) * demand.hidden
+    return load_ms(instance) * demand.used * exposed
+
+
+def _work_ms(instance: Instance, demand: WindowDemand) -> np.ndarray:
+    """Expected expert work per micro-batch on each chiplet (roofline per use).
+
+    Each micro-batch that uses an expert reads its page once at local
+    bandwidth and runs its tokens at peak compute: `q · t_read + λ · t_flop`.
+    With `balance = "tokens"` the work is proportional to tokens instead, with
+    the same total, so the two settings have the same scale.
+    """
+    model, hw = instance.model, instance.hardware
+    read_ms = model.page_gb / np.asarray(hw.local_bandwidth_gb_s) * 1e3  # [C]
+    flop_ms = model.gflop_per_token / (np.asarray(hw.peak_tflops) * 1e3) * 1e3  # [C]
+    work = demand.used[:, :, None] * read_ms + demand.tokens[:, :, None] * flop_ms
+    if instance.policy.balance == "tokens":
+        total = work.sum(axis=(0, 1))
+        tokens = demand.tokens.sum()
+        per_token = np.where(tokens > 0, total / max(tokens, 1e-12), 0.0)
+        work = demand.tokens[:, :, None] * per_token
+    return work
+
+
+def _nop_ms_per_token(instance: Instance) -> np.ndarray:
+    """Link time one token occupies on its way to chiplet c and back: 2 · hops · bytes / bandwidth.
+
+    Hop latency is paid once per dispatch, in parallel for all tokens, so it
+    does not depend on the placement and is left to the latency model.
+    """
+    hw = instance.hardware
+    per_hop_ms = instance.model.token_bytes / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3
+    return 2.0 * np.asarray(hw.nop_hops, dtype=np.float64) * per_hop_ms
