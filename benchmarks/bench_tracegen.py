@@ -12,15 +12,12 @@ table and writes it, with the machine description, to
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
+from machine import describe
 
 from comoe_opt.instance import SyntheticTrace, load_instance
 from comoe_opt.trace import generate
@@ -29,24 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_INSTANCE = ROOT / "instances" / "paper-baseline.toml"
 RESULT = ROOT / "benchmarks" / "results" / "tracegen.md"
 TARGET_S = 5.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def nproc() -> int:
-    """Processors available to this process, as `nproc` reports."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,8 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         f"| {args.runs} | {lo:.3f} | {med:.3f} | {hi:.3f} | {tokens / med:,.0f}"
         f" | {tokens * model.layers / med:,.0f} | < {TARGET_S:g} s: {verdict} |",
         "",
-        f"Date {dt.date.today().isoformat()}; nproc {nproc()}; CPU {cpu_model()};"
-        f" Python {platform.python_version()}; NumPy {np.__version__}.",
+        describe(),
         "",
     ]
     text = "\n".join(lines)

@@ -234,3 +234,74 @@ def test_rolling_horizon_respects_leases_and_counts_moves(paper):
             copied = resident[w - 1] & ~resident[w - 2]
             assert (resident[w] | ~copied).all()
     assert plans[1].planned_on == (0, 100) and plans[2].planned_on == (100, 200)
+
+
+# ------------------------------------------------------------------- CLI
+
+SMALL = """
+name = "small"
+[model]
+layers = 2
+experts_per_layer = 4
+top_k = 2
+page_gb = 1.0
+hidden_size = 64
+bytes_per_element = 2
+[hardware]
+chiplets = 2
+capacity_gb = {capacity}
+local_bandwidth_gb_s = 1000
+peak_tflops = 100
+d2d_bandwidth_gb_s = 100
+nop_hops = [1, 2]
+hop_latency_ns = 10
+prefetch_buffer_gb = 1
+[trace]
+kind = "synthetic"
+zipf_alpha = 1.0
+rho = 0.5
+drift_every = 10
+tokens_per_batch = 8
+micro_batches = 20
+seed = 3
+[policy]
+window_batches = 10
+"""
+
+
+def small_instance(tmp_path, capacity: int):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL.format(capacity=capacity))
+    return path
+
+
+def test_cli_solve_json_and_sglang_round_trip(tmp_path, capsys):
+    import json
+
+    from comoe_opt.cli import main
+    from comoe_opt.residency.formats import read_sglang
+
+    instance = small_instance(tmp_path, capacity=5)
+    out = tmp_path / "sglang.json"
+    assert main(["solve", str(instance), "--export", "sglang", "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["status"] == "optimal" and report["gap"] <= 1e-3
+    assert report["bound"] <= report["objective"]
+    placement = read_sglang(out, chiplets=2)
+    assert (placement.replicas() >= 1).all()  # every logical expert present
+    assert main(["solve", str(instance), "--rolling", "--method", "greedy", "--json"]) == 0
+    rolling = json.loads(capsys.readouterr().out)
+    assert [w["window"] for w in rolling["windows"]] == [0, 1]
+
+
+def test_cli_solve_user_errors_are_one_line(tmp_path, capsys):
+    from comoe_opt.cli import main
+
+    instance = small_instance(tmp_path, capacity=1)
+    out = tmp_path / "x.json"
+    code = main(["solve", str(instance), "--method", "static", "--export", "sglang", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "SGLang" in err
+    assert not out.exists()
+    assert main(["solve", str(instance), "--window", "7"]) == 2
+    assert "outside" in capsys.readouterr().err

@@ -197,6 +197,27 @@ def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
     return m
 
 
+def set_full_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np.ndarray) -> None:
+    """Load a placement (with its exact shares) as the full model's starting point."""
+    from comoe_opt.residency.objective import layer_shares  # objective imports nothing from here
+
+    for (l, e, c), var in m.x.items():
+        if not var.fixed:
+            var.set_value(float(resident[l, e, c]))
+    for (l, e), var in m.u.items():
+        if not var.fixed:
+            var.set_value(float(resident[l, e].any()))
+    for l in range(problem.layers):
+        z, _, shares = layer_shares(problem, resident[l], l)
+        m.z[l].set_value(z)
+        for e in range(problem.experts):
+            row = shares[e] if shares[e].sum() > 0 else np.full(problem.chiplets, 1.0 / problem.chiplets)
+            if resident[l, e].any() and shares[e].sum() == 0:
+                row = resident[l, e] / resident[l, e].sum()
+            for c in range(problem.chiplets):
+                m.s[l, e, c].set_value(float(row[c]))
+
+
 def full_model_placement(m: pyo.ConcreteModel, problem: ResidencyProblem) -> np.ndarray:
     out = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
     for (l, e, c), var in m.x.items():

@@ -144,7 +144,9 @@ def residency_problem(
     capacity = np.floor(np.asarray(hw.capacity_gb) / model.page_gb + 1e-9).astype(np.int64)
     budget = policy.replica_budget_pages or int(capacity.sum())
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
-    copy = load_ms(instance) * policy.migration_weight if "migration" in terms else 0.0
+    # the first placement is the initial load, not a migration: copies cost only against a previous one
+    migrating = "migration" in terms and previous is not None
+    copy = load_ms(instance) * policy.migration_weight if migrating else 0.0
     nop = _nop_ms_per_token(instance) if "nop" in terms else np.zeros(hw.chiplets)
     if "balance" not in terms:
         work = np.zeros_like(work)

@@ -1,0 +1,121 @@
+"""Slow-loop benchmark: MILP proven gap and time, heuristics' gaps, at two scales.
+
+For the first window of each instance (paper baseline: 100 micro-batches,
+seed 0; DeepSeek-V3 scale: 20 micro-batches of 4096 tokens), solves with every
+method and reports objective, gap to the MILP's proven lower bound, and time
+(median over --runs). Also probes the plain x[l,e,c] MILP at paper scale with
+the same time limit as the issue's target, to show what the formulation buys.
+Writes `benchmarks/results/residency.md`.
+
+    .venv/bin/python benchmarks/bench_residency.py [--runs 3] [--skip-full]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from machine import describe
+
+from comoe_opt.instance import load_instance
+from comoe_opt.residency.demand import window_demand
+from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.problem import residency_problem
+from comoe_opt.residency.solve import solve
+from comoe_opt.results import relative_gap
+from comoe_opt.trace import instance_batches
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "residency.md"
+CASES = [
+    ("paper-baseline", ROOT / "instances" / "paper-baseline.toml", 10.0, 1e-3),
+    ("deepseek-v3-ep32", ROOT / "instances" / "deepseek-v3-ep32.toml", 60.0, 1e-2),
+]
+
+
+def first_window_problem(path: Path):
+    instance = load_instance(path)
+    batches = instance_batches(instance)
+    window = batches.window(0, min(instance.policy.window_batches, batches.batches))
+    return instance, residency_problem(instance, window_demand(window, instance.policy))
+
+
+def bench_case(name: str, path: Path, limit: float, gap: float, runs: int) -> list[str]:
+    _, problem = first_window_problem(path)
+    milp_runs = [solve(problem, "milp", time_limit_s=limit, mip_gap=gap) for _ in range(runs)]
+    milp = milp_runs[0]
+    times = [r.runtime_s for r in milp_runs]
+    builds = [r.report["build_s"] for r in milp_runs]
+    solver = [r.report["solver_s"] for r in milp_runs]
+    shape = f"{problem.layers} layers x {problem.experts} experts x {problem.chiplets} chiplets"
+    lines = [
+        f"## {name} ({shape}, window of {problem.batches} micro-batches)",
+        "",
+        f"MILP: status **{milp.status.value}**, objective {milp.objective:.6g} ms, proven bound"
+        f" {milp.bound:.6g} ms, gap **{100 * milp.gap:.4f}%** (target <= {100 * gap:g}% in {limit:g} s);"
+        f" time median {statistics.median(times):.2f} s over {runs} runs (min {min(times):.2f}, max"
+        f" {max(times):.2f}); Pyomo build {statistics.median(builds):.2f} s; HiGHS incl. model hand-over"
+        f" {statistics.median(solver):.2f} s; placement from {milp.report['placement_from']}.",
+        "",
+        "| method | status | objective ms | gap to MILP bound | time s (median) | pages | replica factor |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for method in ("milp", *HEURISTICS, "lp"):
+        results = milp_runs if method == "milp" else [solve(problem, method) for _ in range(runs)]
+        r = results[0]
+        t = statistics.median(x.runtime_s for x in results)
+        g = relative_gap(r.objective, milp.bound)
+        pages = r.solution.pages if r.solution is not None else "-"
+        factor = f"{r.solution.replica_factor():.3f}" if r.solution is not None else "-"
+        row = [method, r.status.value, f"{r.objective:.6g}", f"{100 * g:.3f}%", f"{t:.4f}", pages, factor]
+        lines.append("| " + " | ".join(map(str, row)) + " |")
+    lines.append("")
+    return lines
+
+
+def bench_full_probe(limit: float) -> list[str]:
+    _, problem = first_window_problem(CASES[0][1])
+    start = time.perf_counter()
+    r = solve(problem, "full", time_limit_s=limit, mip_gap=1e-3)
+    wall = time.perf_counter() - start
+    return [
+        "## The plain x[l,e,c] MILP at paper scale, for comparison",
+        "",
+        f"Same window, `--method full`, time limit {limit:g} s: status {r.status.value}, objective"
+        f" {r.objective:.6g}, bound {r.bound:.6g}, gap {100 * r.gap:.3f}%, wall {wall:.1f} s"
+        " (Pyomo build included).",
+        "",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-full", action="store_true", help="skip the plain-model probe")
+    parser.add_argument("--output", type=Path, default=RESULT)
+    args = parser.parse_args(argv)
+    lines = [
+        "# Slow loop: residency MILP and heuristics",
+        "",
+        "Objective: window objective in ms (formulations/residency.md); gap = (objective - bound) / objective"
+        " against the MILP's proven lower bound. `.venv/bin/python benchmarks/bench_residency.py`.",
+        "",
+    ]
+    for name, path, limit, gap in CASES:
+        lines += bench_case(name, path, limit, gap, args.runs)
+        print("\n".join(lines), file=sys.stderr)
+    if not args.skip_full:
+        lines += bench_full_probe(CASES[0][2])
+    lines += [describe(), ""]
+    text = "\n".join(lines)
+    print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
