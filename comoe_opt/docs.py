@@ -8,8 +8,8 @@ from comoe_opt.schema import describe
 _TABLES = [
     ("[model]", ModelShape),
     ("[hardware]", Hardware),
-    ("[trace] with kind = \"synthetic\"", SyntheticTrace),
-    ("[trace] with kind = \"file\"", FileTrace),
+    ('[trace] with kind = "synthetic"', SyntheticTrace),
+    ('[trace] with kind = "file"', FileTrace),
     ("[policy]", Policy),
 ]
 
