@@ -20,6 +20,7 @@ from comoe_opt import __version__
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.residency import commands as residency_commands
+from comoe_opt.simulate import commands as simulate_commands
 from comoe_opt.trace import (
     Trace,
     aggregate_stats,
@@ -84,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     info = add_verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
     info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
     residency_commands.register(verbs, add_verb)
+    simulate_commands.register(verbs, add_verb)
+    from comoe_opt.mapping.commands import register as register_mapping  # here: it imports add_verb
+
+    register_mapping(verbs)
     return parser
 
 

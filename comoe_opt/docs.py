@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from comoe_opt.instance import FileTrace, Hardware, ModelShape, Policy, SyntheticTrace
+from comoe_opt.instance import FileTrace, Hardware, ModelShape, Policy, Runtime, SyntheticTrace
 from comoe_opt.schema import describe
 
 _TABLES = [
@@ -11,6 +11,7 @@ _TABLES = [
     ('[trace] with kind = "synthetic"', SyntheticTrace),
     ('[trace] with kind = "file"', FileTrace),
     ("[policy]", Policy),
+    ("[runtime]", Runtime),
 ]
 
 

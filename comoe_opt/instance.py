@@ -163,6 +163,35 @@ class Policy:
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """Constants of the analytic latency and energy model (formulations/latency.md)."""
+
+    attention_ms: float = param(
+        "attention chiplet time per layer and micro-batch (norm, projections, attention, gate); "
+        "calibrated once on the static strategy",
+        "ms",
+        ge=0,
+        default=0.6,
+    )
+    route_ms: float = param("top-k selection and directory lookup per layer", "ms", ge=0, default=0.01)
+    d2d_concurrency_derate: float = param(
+        "share of die-to-die bandwidth lost when many page streams run at once", ge=0, lt=1, default=0.15
+    )
+    prefetch_credit_pages: int = param(
+        "prefetch pages that may be in flight at once (bandwidth credits of the prefetch channel)",
+        "pages",
+        ge=0,
+        default=4,
+    )
+    d2d_pj_per_bit: float = param(
+        "die-to-die transfer energy (UCIe-class links)", "pJ/bit", ge=0, default=0.5
+    )
+    hbm_pj_per_bit: float = param("local HBM read energy", "pJ/bit", ge=0, default=3.9)
+    sram_pj_per_bit: float = param("on-chip SRAM access energy (token buffers)", "pJ/bit", ge=0, default=0.1)
+    pj_per_flop: float = param("expert compute energy", "pJ/FLOP", ge=0, default=0.4)
+
+
+@dataclass(frozen=True)
 class Instance:
     """Everything one run needs: model, hardware, trace source and policy."""
 
@@ -171,6 +200,7 @@ class Instance:
     hardware: Hardware
     trace: TraceSource
     policy: Policy
+    runtime: Runtime = Runtime()
     source: Path | None = None
 
     def resolve(self, relative: str) -> Path:
@@ -184,7 +214,7 @@ class Instance:
         return tomli_w.dumps(to_table(self))
 
 
-_SECTIONS = ("model", "hardware", "trace", "policy")
+_SECTIONS = ("model", "hardware", "trace", "policy", "runtime")
 
 
 def load_instance(path: str | Path) -> Instance:
@@ -221,10 +251,11 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     hardware = _build_hardware(table["hardware"], source)
     trace = _build_trace(table["trace"], source)
     policy = build(Policy, table.get("policy", {}), source, "policy")
+    runtime = build(Runtime, table.get("runtime", {}), source, "runtime")
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
     path = Path(source).resolve() if Path(source).exists() else None
-    return Instance(name, model, hardware, trace, policy, path)
+    return Instance(name, model, hardware, trace, policy, runtime, path)
 
 
 def _build_hardware(table: Any, source: str | Path) -> Hardware:
@@ -261,4 +292,5 @@ def to_table(instance: Instance) -> dict[str, Any]:
         "hardware": plain(instance.hardware),
         "trace": plain(instance.trace),
         "policy": plain(instance.policy),
+        "runtime": plain(instance.runtime),
     }

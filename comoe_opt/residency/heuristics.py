@@ -1,9 +1,11 @@
 """Slow-loop heuristics: replica counts per logical expert, then `assign_replicas`.
 
 * `static` — one home per expert, the most used experts first until the pages
-  run out; no replicas.
+  run out; no replicas; homes in contiguous blocks of expert ids (the default
+  layout of expert-parallel engines).
 * `hot` — hot replication: residency by window frequency, and a share of the
-  pages spent on one extra replica each for the hottest experts.
+  pages spent on one extra replica each for the hottest experts; same block
+  layout, extra replicas on the next chiplets.
 * `eplb` — DeepSeek's EPLB, written from its published description: per
   layer, every expert gets one replica, then the expert with the largest
   load per replica gets another until the layer's slots are used; replicas
@@ -32,7 +34,7 @@ HOT_REPLICA_SHARE = 0.2  # share of the pages `hot` spends on extra replicas
 def static(problem: ResidencyProblem) -> Placement:
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     _fill_first_replicas(problem, counts, _popularity(problem), problem.page_limit)
-    return assign_replicas(problem, counts)
+    return block_placement(problem, counts)
 
 
 def hot(problem: ResidencyProblem) -> Placement:
@@ -50,7 +52,7 @@ def hot(problem: ResidencyProblem) -> Placement:
             counts[layer, e] = 2
             quota.add(layer, e)
             extra -= 1
-    return assign_replicas(problem, counts)
+    return block_placement(problem, counts)
 
 
 def eplb(problem: ResidencyProblem) -> Placement:
@@ -174,6 +176,27 @@ def _fill_first_replicas(
             counts[layer, e] = 1
             quota.add(layer, e)
             pages += 1
+
+
+def block_placement(problem: ResidencyProblem, counts: np.ndarray) -> Placement:
+    """Vanilla expert-parallel layout: expert e's home is chiplet `e · C // E` (contiguous
+    blocks of expert ids, as engines place experts by default), or the next chiplet
+    with room; extra replicas go round-robin to the following chiplets."""
+    resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
+    if problem.leased is not None:
+        resident |= problem.leased
+    free = problem.capacity_pages.astype(np.int64) - resident.sum(axis=(0, 1))
+    for layer in range(problem.layers):
+        for e in range(problem.experts):
+            home = e * problem.chiplets // problem.experts
+            for step in range(problem.chiplets):
+                if resident[layer, e].sum() >= counts[layer, e]:
+                    break
+                c = (home + step) % problem.chiplets
+                if free[c] > 0 and not resident[layer, e, c]:
+                    resident[layer, e, c] = True
+                    free[c] -= 1
+    return Placement(resident)
 
 
 def _floor_replicas(problem: ResidencyProblem) -> np.ndarray:

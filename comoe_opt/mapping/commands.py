@@ -1,0 +1,65 @@
+"""CLI verb `comoe-opt gap`: the fast loop's methods against the exact optimum."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from comoe_opt.cli import add_verb
+from comoe_opt.errors import ComoeError, InputError
+from comoe_opt.instance import FileTrace, Instance, load_instance
+from comoe_opt.mapping.gap import GapReport, fast_loop_gap
+from comoe_opt.trace import Trace, instance_batches, make_batches, read_trace
+from comoe_opt.trace.batching import MicroBatches
+
+
+def register(verbs: Any) -> None:
+    """Add the `gap` verb to the CLI's sub-command group."""
+    gap = add_verb(
+        verbs, "gap", "fast loop: each token-mapping method's makespan gap to the exact optimum", cmd_gap
+    )
+    gap.add_argument("instance", type=Path, help="instance TOML file")
+    gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")
+    gap.add_argument("--windows", type=int, default=200, help="(micro-batch, layer) samples (default 200)")
+    gap.add_argument("--placement", type=Path, help="placement file (not yet supported)")
+    gap.add_argument("--seed", type=int, default=0, help="seed of the sample draw (default 0)")
+
+
+def cmd_gap(args: argparse.Namespace) -> dict[str, Any]:
+    if args.placement is not None:
+        raise ComoeError("--placement: not yet supported (no placement file format exists yet)")
+    if args.windows < 1:
+        raise InputError(None, "--windows", f"must be >= 1, got {args.windows}")
+    instance = load_instance(args.instance)
+    batches = _batches(instance, args.trace)
+    report = fast_loop_gap(instance, batches, windows=args.windows, seed=args.seed)
+    return {**report.to_dict(), "_text": format_gap(report)}
+
+
+def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
+    """The instance's micro-batches, or those of `trace_path` (its own layers, experts and top-k)."""
+    if trace_path is None:
+        return instance_batches(instance)
+    trace = read_trace(trace_path)
+    if not isinstance(trace, Trace):
+        raise InputError(trace_path, "topk", "needs per-token routing; this file holds aggregates only")
+    spec = instance.trace
+    batching = spec.batching if isinstance(spec, FileTrace) else "decode"
+    return make_batches(trace, spec.tokens_per_batch, batching)
+
+
+def format_gap(report: GapReport) -> str:
+    meta, table = report.meta, report.summary.copy()
+    for column in ("mean_gap", "p95_gap", "max_gap", "optimal_share"):
+        table[column] = table[column].map(lambda v: f"{100 * v:.2f}%")
+    table["max_deviation_s"] = table["max_deviation_s"].map(lambda v: f"{1e6 * v:.2f}")
+    table["median_time_us"] = table["median_time_us"].map(lambda v: f"{v:.0f}")
+    table["loads_per_sample"] = table["loads_per_sample"].map(lambda v: f"{v:.1f}")
+    table = table.rename(columns={"max_deviation_s": "max_dev_us", "loads_per_sample": "loads"})
+    head = (
+        f"{meta['instance']}: {meta['samples']} (micro-batch, layer) samples, "
+        f"{meta['tokens_per_batch']} tokens x top-{meta['top_k']}, placement {meta['placement']}, "
+        f"replica factor {meta['replica_factor']:.2f}"
+    )
+    return "\n".join([head, table.to_string(index=False)])

@@ -1,0 +1,1 @@
+"""Trace-driven analytic evaluator: latency/energy model, prefetch, directory, strategies."""

@@ -1,0 +1,75 @@
+"""`comoe-opt evaluate` and `comoe-opt paper`: the trace-driven evaluator from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.instance import load_instance
+from comoe_opt.simulate.evaluate import eval_run, run_many
+from comoe_opt.simulate.paper import PaperSettings, run_paper
+from comoe_opt.simulate.strategies import STRATEGIES, TABLE4
+
+COLUMNS = (
+    ("mean_ms", "mean ms", ".4f"),
+    ("p95_ms", "P95 ms", ".4f"),
+    ("p99_ms", "P99 ms", ".4f"),
+    ("token_gb_per_batch", "token GB/b", ".4f"),
+    ("load_gb_per_batch", "load GB/b", ".3f"),
+    ("balance", "balance", ".3f"),
+    ("token_imbalance_p95", "imbal P95", ".3f"),
+    ("replica_factor", "replicas", ".2f"),
+    ("energy_mj_per_layer", "mJ/layer", ".3f"),
+    ("prefetch_accuracy", "pf acc", ".2f"),
+    ("pages_migrated", "migrated", "d"),
+)
+
+
+def register(verbs: Any, add_verb: Any) -> None:
+    ev = add_verb(verbs, "evaluate", "strategies through the analytic latency model on a trace", cmd_evaluate)
+    ev.add_argument("instance", type=Path)
+    ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")
+    ev.add_argument("--micro-batches", type=int, default=0, help="use the first N micro-batches (0 = all)")
+    ev.add_argument("--jobs", type=int, default=2, help="worker processes")
+    paper = add_verb(verbs, "paper", "reproduce the paper's Tables 4-5 and Figures 4-7", cmd_paper)
+    paper.add_argument("instance", type=Path, nargs="?", default=Path("instances/paper-baseline.toml"))
+    paper.add_argument("--out", type=Path, default=Path("out/paper"), help="folder for CSVs, PNGs, tables")
+    paper.add_argument("--jobs", type=int, default=2)
+    paper.add_argument("--sweep-batches", type=int, default=PaperSettings.sweep_batches)
+    paper.add_argument("--table5-batches", type=int, default=PaperSettings.table5_batches)
+
+
+def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    instance = load_instance(args.instance)
+    names = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    unknown = [s for s in names if s not in STRATEGIES]
+    if unknown:
+        raise ComoeError(f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})")
+    if args.jobs < 1:
+        raise ComoeError("--jobs must be at least 1")
+    rows = run_many([eval_run(instance, s, args.micro_batches) for s in names], args.jobs)
+    return {"instance": instance.name, "results": rows, "_text": format_rows(instance.name, rows)}
+
+
+def cmd_paper(args: argparse.Namespace) -> dict[str, Any]:
+    instance = load_instance(args.instance)
+    if args.jobs < 1:
+        raise ComoeError("--jobs must be at least 1")
+    settings = PaperSettings(
+        table5_batches=args.table5_batches, sweep_batches=args.sweep_batches, jobs=args.jobs
+    )
+    report = run_paper(instance, args.out, settings)
+    report["_text"] += f"\n\nwrote {len(report['files'])} files to {args.out}/ in {report['runtime_s']:.0f} s"
+    return report
+
+
+def format_rows(name: str, rows: list[dict[str, Any]]) -> str:
+    width = max(len(r["label"]) for r in rows)
+    head = f"{'strategy':<{width}}  " + "  ".join(f"{title:>10}" for _, title, _ in COLUMNS)
+    lines = [f"{name}: {rows[0]['micro_batches']} micro-batches", head]
+    for r in rows:
+        cells = "  ".join(f"{r[key]:>10{fmt}}" for key, _, fmt in COLUMNS)
+        lines.append(f"{r['label']:<{width}}  {cells}")
+    return "\n".join(lines)

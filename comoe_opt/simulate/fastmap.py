@@ -1,0 +1,134 @@
+"""The fast loop inside the runtime: which chiplet serves each (token, chosen expert).
+
+Candidates of an expert, best first: chiplets with a published replica; else
+chiplets whose prefetch buffer holds (or is receiving) the page; else an
+on-demand load. Strategies differ in how they pick among candidates:
+
+* `home` — every token of an expert to one chiplet: its home replica (static
+  homes for experts without one);
+* `even` — an expert's tokens split evenly over its replicas, in token order
+  (what EPLB-based engines do);
+* `flow` — CoMoE's congestion-aware mapping: the min-cost flow of
+  `comoe_opt.mapping` over expert activations, with this layer's page
+  readiness and dispatch times (see `_flow`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from comoe_opt.mapping.flow import solve_min_cost_flow
+from comoe_opt.mapping.problem import NEVER, LayerCosts, MappingProblem
+
+if TYPE_CHECKING:
+    from comoe_opt.simulate.runtime import _Runtime
+
+TICK_S = 1e-7  # 0.1 µs: the flow's time quantum inside the runtime
+
+
+def map_tokens(
+    rt: _Runtime,
+    layer: int,
+    experts: np.ndarray,
+    published: np.ndarray,
+    buffered: np.ndarray,
+    ahead_ms: float,
+) -> np.ndarray:
+    """Assignment [tokens, k] of chiplets for one micro-batch and layer."""
+    mapping = rt.strategy.mapping
+    if mapping == "flow" and rt.instance.policy.balance == "tokens":
+        return _token_flow(rt, layer, experts, published, buffered, ahead_ms)
+    if mapping == "flow":
+        return _flow(rt, layer, experts, published, buffered, ahead_ms)
+    assignment = np.empty_like(experts)
+    for e in np.unique(experts):
+        rows, ranks = np.nonzero(experts == e)
+        replicas = np.flatnonzero(published[e])
+        if replicas.size == 0:
+            target = _fallback(rt, layer, e, buffered)
+            assignment[rows, ranks] = target
+        elif mapping == "even" and replicas.size > 1:
+            blocks = np.arange(rows.size) * replicas.size // rows.size
+            assignment[rows, ranks] = replicas[blocks]
+        else:
+            home = rt.home[layer, e]
+            assignment[rows, ranks] = home if published[e, home] else replicas[0]
+    return assignment
+
+
+def _fallback(rt: _Runtime, layer: int, e: int, buffered: np.ndarray) -> int:
+    """No replica: the buffer holding the page (earliest), else the expert's home (load on demand)."""
+    if np.isfinite(buffered[e]).any():
+        return int(np.argmin(buffered[e]))
+    return int(rt.home[layer, e])
+
+
+def _flow(
+    rt: _Runtime,
+    layer: int,
+    experts: np.ndarray,
+    published: np.ndarray,
+    buffered: np.ndarray,
+    ahead_ms: float,
+) -> np.ndarray:
+    """Min-cost flow over expert activations: each used expert is one unit of work.
+
+    In weight-read-bound decode an expert's time on a chiplet is its page read
+    whatever its few tokens, so a chiplet's queue grows by one read per expert
+    it runs, and splitting an expert over replicas would read the page twice.
+    The units are therefore the used experts (all their tokens follow), with
+    the readiness of each candidate chiplet and one read per unit.
+    """
+    used, tokens = np.unique(experts, return_counts=True)
+    unit_ms = np.maximum(rt.speeds.read_ms, float(np.median(tokens)) * rt.speeds.flop_ms)
+    ready_ms = np.where(published, 0.0, buffered)[used]
+    no_copy = ~np.isfinite(ready_ms).any(axis=1)
+    ready_ms[no_copy] = ahead_ms + rt.page_ms  # a page loaded on demand, to any chiplet
+    units = np.arange(used.size, dtype=np.int64)[:, None]
+    chosen = _solve_flow(rt, layer, units, ready_ms, unit_ms, published[used])
+    chiplet_of = np.empty(rt.E, dtype=np.int64)
+    chiplet_of[used] = chosen[:, 0]
+    return chiplet_of[experts]
+
+
+def _token_flow(
+    rt: _Runtime,
+    layer: int,
+    experts: np.ndarray,
+    published: np.ndarray,
+    buffered: np.ndarray,
+    ahead_ms: float,
+) -> np.ndarray:
+    """Min-cost flow over (token, expert) pairs, for instances that balance tokens
+    (`policy.balance = "tokens"`: compute-bound devices, serving engines)."""
+    ready_ms = np.where(published, 0.0, buffered)
+    no_copy = ~np.isfinite(ready_ms).any(axis=1)
+    ready_ms[no_copy] = ahead_ms + rt.page_ms
+    return _solve_flow(rt, layer, experts, ready_ms, rt.speeds.flop_ms, published)
+
+
+def _solve_flow(
+    rt: _Runtime,
+    layer: int,
+    units: np.ndarray,
+    ready_ms: np.ndarray,
+    unit_ms: np.ndarray,
+    resident: np.ndarray,
+) -> np.ndarray:
+    ticks_per_ms = 1e-3 / TICK_S
+    ready = np.where(np.isfinite(ready_ms), np.ceil(ready_ms * ticks_per_ms), NEVER).astype(np.int64)
+    hop = np.rint(rt.speeds.hop_ms * ticks_per_ms).astype(np.int64)
+    costs = LayerCosts(
+        ready=ready,
+        start=hop,
+        token_time=np.maximum(np.rint(unit_ms * ticks_per_ms).astype(np.int64), 1),
+        finish=hop,
+        resident=resident,
+        tick_s=TICK_S,
+    )
+    result = solve_min_cost_flow(MappingProblem(units, costs))
+    if not result.status.has_solution:
+        raise RuntimeError(f"min-cost flow failed at layer {layer}: {result.status.value}")
+    return result.solution

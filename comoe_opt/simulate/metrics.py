@@ -1,0 +1,38 @@
+"""Metrics over all (micro-batch, layer) samples of a run (formulations/latency.md §5)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from comoe_opt.simulate.runtime import SampleLog
+
+GB = 1e9
+
+
+def summarize(log: SampleLog) -> dict[str, float]:
+    """One flat row of metrics; per-batch quantities sum over the layers of a micro-batch."""
+    lat = log.latency_ms
+    pages = np.asarray(log.resident_pages, dtype=float)
+    distinct = np.asarray(log.distinct_experts, dtype=float)
+    factor = float(np.mean(pages / np.maximum(distinct, 1))) if pages.size else 0.0
+    batches = lat.shape[0]
+    return {
+        "mean_ms": float(lat.mean()),
+        "p95_ms": float(np.percentile(lat, 95)),
+        "p99_ms": float(np.percentile(lat, 99)),
+        "token_gb_per_batch": float(log.token_bytes.sum(axis=1).mean() / GB),
+        "load_gb_per_batch": float(log.load_bytes.sum(axis=1).mean() / GB),
+        "demand_load_gb_per_batch": float(log.demand_load_bytes.sum(axis=1).mean() / GB),
+        "balance": float(log.balance.mean()),
+        "token_imbalance_p95": float(np.percentile(log.imbalance_tokens, 95)),
+        "token_imbalance_mean": float(log.imbalance_tokens.mean()),
+        "replica_factor": factor,
+        "extra_replica_ratio": factor - 1.0 if pages.size else 0.0,
+        "energy_mj_per_layer": float(log.energy_mj.mean()),
+        "prefetch_issued": int(log.prefetch_issued),
+        "prefetch_accuracy": float(log.prefetch_used / log.prefetch_issued) if log.prefetch_issued else 0.0,
+        "prefetch_wasted_gb_per_batch": float(log.prefetch_wasted_bytes / GB / batches),
+        "pages_migrated": int(log.pages_migrated),
+        "copies_rolled_back": int(log.copies_rolled_back),
+        "micro_batches": int(batches),
+    }

@@ -1,0 +1,403 @@
+"""Two-time-scale runtime: slow loop per window, fast loop per micro-batch and layer.
+
+`simulate(instance, batches, strategy)` replays a routed trace: every window
+the slow loop plans residency from the statistics it has seen (the previous
+window; the first window profiles itself), the directory copies the new
+replicas in the background (prepare → publish → reclaim), and every
+micro-batch goes through the layers one after another. At each layer:
+
+1. prefetches aimed at this layer that the routing does not use are
+   cancelled (their bytes so far are wasted);
+2. each chosen expert's tokens are mapped to a chiplet that holds a published
+   replica, a prefetched page, or loads the page on demand (the strategy's
+   fast loop);
+3. the layer's latency comes from `layer.py` (dispatch, page waits, roofline
+   execution, reduction); on-demand loads share the die-to-die link;
+4. prefetches for the next layer are issued from the transition graph's
+   confidence tiers, limited by bandwidth credits, on the lowest-priority
+   channel (behind on-demand loads unless priorities are off).
+
+Every number is recorded per (micro-batch, layer) in a `SampleLog`.
+Formulations and constants: formulations/latency.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comoe_opt.instance import Instance
+from comoe_opt.prefetch import prefetch_targets
+from comoe_opt.residency.demand import window_demand
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import residency_problem
+from comoe_opt.residency.solve import solve
+from comoe_opt.simulate.directory import ExpertDirectory
+from comoe_opt.simulate.fastmap import map_tokens
+from comoe_opt.simulate.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
+from comoe_opt.simulate.strategies import Strategy
+from comoe_opt.trace.batching import MicroBatches, windows
+from comoe_opt.transitions import TransitionGraph, transition_counts
+
+BITS = 8.0
+POPULAR_PREFETCH = 4  # pages a popularity prefetch asks for when credits do not limit it
+
+
+@dataclass
+class SampleLog:
+    """Per (micro-batch, layer) measurements, [N, L] arrays."""
+
+    latency_ms: np.ndarray
+    expert_ms: np.ndarray  # slowest chiplet, from routing to its last expert
+    balance: np.ndarray  # mean / max chiplet busy time
+    imbalance_tokens: np.ndarray  # max / mean expert-token load over chiplets
+    token_bytes: np.ndarray  # dispatch + return
+    load_bytes: np.ndarray  # on-demand + prefetch page bytes moved over the die-to-die link
+    demand_load_bytes: np.ndarray  # on-demand only
+    energy_mj: np.ndarray
+    prefetch_issued: int = 0
+    prefetch_used: int = 0
+    prefetch_wasted_bytes: float = 0.0
+    pages_migrated: int = 0
+    copies_rolled_back: int = 0
+    resident_pages: list[int] = field(default_factory=list)
+    distinct_experts: list[int] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, batches: int, layers: int) -> SampleLog:
+        def z() -> np.ndarray:
+            return np.zeros((batches, layers))
+
+        return cls(z(), z(), z(), z(), z(), z(), z(), z())
+
+
+@dataclass
+class _Prefetch:
+    expert: int
+    chiplet: int
+    start: float
+    end: float
+
+
+class _Buffers:
+    """Per-chiplet prefetch buffers: LRU page caches that are not replicas."""
+
+    def __init__(self, pages: np.ndarray):
+        self.capacity = pages
+        self.pages: list[OrderedDict[tuple[int, int], float]] = [OrderedDict() for _ in pages]
+
+    def arrival(self, layer: int, chiplet: int, expert: int) -> float | None:
+        return self.pages[chiplet].get((layer, expert))
+
+    def holders(self, layer: int, expert: int) -> list[tuple[int, float]]:
+        return [(c, p[(layer, expert)]) for c, p in enumerate(self.pages) if (layer, expert) in p]
+
+    def put(self, layer: int, chiplet: int, expert: int, arrival: float) -> None:
+        if self.capacity[chiplet] <= 0:
+            return
+        cache = self.pages[chiplet]
+        cache[(layer, expert)] = arrival
+        cache.move_to_end((layer, expert))
+        while len(cache) > self.capacity[chiplet]:
+            cache.popitem(last=False)
+
+    def touch(self, layer: int, chiplet: int, expert: int) -> None:
+        cache = self.pages[chiplet]
+        if (layer, expert) in cache:
+            cache.move_to_end((layer, expert))
+
+    def drop(self, layer: int, chiplet: int, expert: int) -> None:
+        self.pages[chiplet].pop((layer, expert), None)
+
+    def free(self, chiplet: int) -> int:
+        return int(self.capacity[chiplet]) - len(self.pages[chiplet])
+
+
+def simulate(
+    instance: Instance,
+    batches: MicroBatches,
+    strategy: Strategy,
+    *,
+    copy_failure_rate: float = 0.0,
+    seed: int = 0,
+) -> SampleLog:
+    return _Runtime(instance, batches, strategy, copy_failure_rate, seed).run()
+
+
+class _Runtime:
+    def __init__(
+        self, instance: Instance, batches: MicroBatches, strategy: Strategy, failure_rate: float, seed: int
+    ):
+        self.instance, self.batches, self.strategy = instance, batches, strategy
+        model, hw, rt = instance.model, instance.hardware, instance.runtime
+        self.L, self.E, self.C = batches.layers, batches.num_experts, hw.chiplets
+        self.page_ms = model.page_gb / hw.d2d_bandwidth_gb_s * 1e3
+        self.speeds = ChipletSpeeds(
+            read_ms=model.page_gb / np.asarray(hw.local_bandwidth_gb_s) * 1e3,
+            flop_ms=model.gflop_per_token / (np.asarray(hw.peak_tflops) * 1e3) * 1e3,
+            hop_ms=np.asarray(hw.nop_hops, float) * hw.hop_latency_ns * 1e-6,
+        )
+        self.token_ms = model.token_bytes / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3  # one token over the link
+        self.fixed_ms = rt.attention_ms + rt.route_ms
+        self.derate = rt.d2d_concurrency_derate
+        self.credits = rt.prefetch_credit_pages if strategy.credits else None
+        buffer_pages = np.floor(np.asarray(hw.prefetch_buffer_gb) / model.page_gb + 1e-9).astype(int)
+        self.buffers = _Buffers(buffer_pages if strategy.prefetch != "none" else np.zeros(self.C, int))
+        self.directory = ExpertDirectory(self.L, self.E, self.C)
+        self.rng = np.random.default_rng(seed)
+        self.failure_rate = failure_rate
+        self.home = np.zeros((self.L, self.E), dtype=np.int64)
+        self.targets: np.ndarray | None = None  # [L-1, E, E] prefetch targets
+        self.confidence: np.ndarray | None = None
+        self.popular: np.ndarray | None = None  # [L, E] expert order by frequency (popularity prefetch)
+        self.pending: list[list[_Prefetch]] = [[] for _ in range(self.L)]
+        self.clock = 0.0
+        self.link_free = 0.0  # low-priority traffic (prefetch, copies) is queued until then
+        self.log = SampleLog.empty(batches.batches, self.L)
+
+    # ------------------------------------------------------------ driver
+
+    def run(self) -> SampleLog:
+        policy = self.instance.policy
+        window = max(1, policy.window_batches // self.strategy.window_divisor)
+        spans = windows(self.batches.batches, window)
+        placement: Placement | None = None
+        for w, (start, stop) in enumerate(spans):
+            if w == 0 or self.strategy.replan:
+                history = spans[w - 1] if w > 0 else (start, stop)
+                placement = self._plan(placement, *history, w, stop - start)
+            for b in range(start, stop):
+                self.directory.publish_due(self.clock)
+                for layer in range(self.L):
+                    self._layer(b, layer)
+        self.log.copies_rolled_back = self.directory.rolled_back
+        return self.log
+
+    # --------------------------------------------------------- slow loop
+
+    def _plan(self, previous: Placement | None, start: int, stop: int, w: int, span: int) -> Placement:
+        window = self.batches.window(start, stop)
+        graph = self._graph(window)
+        demand = window_demand(window, self.instance.policy, graph)
+        policy = self.instance.policy
+        if self.strategy.max_replicas is not None:
+            policy = dataclasses.replace(policy, max_replicas=self.strategy.max_replicas)
+        instance = dataclasses.replace(self.instance, policy=policy)
+        problem = residency_problem(instance, demand, previous, terms=self.strategy.terms, batches=span)
+        result = solve(
+            problem, self.strategy.residency, time_limit_s=policy.time_limit_s, mip_gap=policy.mip_gap
+        )
+        placement = result.solution
+        self._apply(placement, previous)
+        self._set_homes(placement, problem.work_ms.min(axis=2))
+        if self.strategy.prefetch == "transitions":
+            self.targets = prefetch_targets(graph, self.instance.policy)
+            self.confidence = graph.confidence()
+        elif self.strategy.prefetch == "popularity":
+            self.popular = np.argsort(-demand.tokens, axis=1, kind="stable")
+        self.log.resident_pages.append(placement.pages)
+        self.log.distinct_experts.append(placement.distinct)
+        return placement
+
+    def _graph(self, window: MicroBatches) -> TransitionGraph:
+        flat = window.experts.reshape(-1, window.layers, window.top_k)
+        policy = self.instance.policy
+        counts = transition_counts(flat, window.num_experts)
+        return TransitionGraph.from_counts(counts, policy.transition_eps, policy.transition_top_s)
+
+    def _apply(self, placement: Placement, previous: Placement | None) -> None:
+        """Directory update: retire what left the plan, copy in what joined it."""
+        if previous is None:
+            self.directory.install(placement.resident)
+            return
+        held = self.directory.held()
+        for key in zip(*np.nonzero(held & ~placement.resident), strict=True):
+            self.directory.retire(tuple(int(k) for k in key))
+        new = placement.resident & ~self.directory.held()
+        start = max(self.clock, self.link_free)
+        for i, key in enumerate(zip(*np.nonzero(new), strict=True)):
+            arrival = start + (i + 1) * self.page_ms
+            verified = self.rng.random() >= self.failure_rate
+            self.directory.prepare(tuple(int(k) for k in key), arrival, verified)
+            self.log.pages_migrated += 1
+        self.link_free = start + int(new.sum()) * self.page_ms
+
+    def _set_homes(self, placement: Placement, work: np.ndarray) -> None:
+        """Home chiplet of every expert: its first replica, or the least loaded chiplet (LPT)."""
+        for layer in range(self.L):
+            resident = placement.resident[layer]
+            load = (work[layer][:, None] * resident / np.maximum(resident.sum(axis=1, keepdims=True), 1)).sum(
+                axis=0
+            )
+            homes = np.argmax(resident, axis=1)
+            if self.strategy.mapping == "home":  # the static layout: contiguous blocks of expert ids
+                blocks = np.arange(self.E) * self.C // self.E
+                self.home[layer] = np.where(resident.any(axis=1), homes, blocks)
+                continue
+            for e in np.argsort(-work[layer], kind="stable"):
+                if not resident[e].any():
+                    c = int(np.argmin(load))
+                    homes[e] = c
+                    load[c] += work[layer, e]
+            self.home[layer] = homes
+
+    # --------------------------------------------------------- fast loop
+
+    def _layer(self, b: int, layer: int) -> None:
+        experts = self.batches.experts[b, :, layer, :].astype(np.int64)
+        routed = self.clock + self.fixed_ms
+        used = np.zeros(self.E, dtype=bool)
+        used[experts.ravel()] = True
+        self._cancel_unused(layer, used, routed)
+        published = self.directory.published(layer)
+        buffered = self._buffered_ready(layer, used, routed)
+        low_priority_ahead = 0.0 if self.credits is not None else max(0.0, self.link_free - routed)
+        assignment = map_tokens(self, layer, experts, published, buffered, low_priority_ahead)
+        tokens = np.zeros((self.E, self.C), dtype=np.int64)
+        np.add.at(tokens, (experts.ravel(), assignment.ravel()), 1)
+        ready, loads = self._ready(layer, tokens, published, buffered, routed, low_priority_ahead)
+        self._read_pages(layer, tokens, published)
+        exec_ = exec_ms(tokens, self.speeds)
+        sent = self._tokens_per_chiplet(assignment)
+        dispatch = sent.sum() * self.token_ms
+        arrive = self.speeds.hop_ms + dispatch
+        finish = chiplet_finish(exec_, ready, arrive)
+        expert_ms = float(finish.max())
+        back = sent.sum() if self.strategy.multicast else experts.size
+        reduce_ms = float(self.speeds.hop_ms.max()) + back * self.token_ms
+        latency = self.fixed_ms + expert_ms + reduce_ms
+        self._release_pages(layer, tokens, published)
+        self._record(b, layer, latency, expert_ms, exec_, tokens, sent.sum() + back, loads)
+        self.clock += latency
+        if self.strategy.prefetch != "none" and layer + 1 < self.L:
+            self._prefetch(b, layer, used, routed + loads * self.page_ms)
+
+    def _buffered_ready(self, layer: int, used: np.ndarray, routed: float) -> np.ndarray:
+        """[E, C] ms after routing when a buffered page is usable (inf where none)."""
+        ready = np.full((self.E, self.C), np.inf)
+        for e in np.flatnonzero(used):
+            for c, arrival in self.buffers.holders(layer, e):
+                ready[e, c] = max(0.0, arrival - routed)
+        return ready
+
+    def _ready(
+        self,
+        layer: int,
+        tokens: np.ndarray,
+        published: np.ndarray,
+        buffered: np.ndarray,
+        routed: float,
+        ahead: float,
+    ) -> tuple[np.ndarray, int]:
+        """Readiness [E, C] of every used (expert, chiplet) and the number of on-demand loads."""
+        active = tokens > 0
+        ready = np.where(published, 0.0, buffered)
+        missing = active & ~np.isfinite(ready)
+        pairs = np.argwhere(missing)
+        done = page_loads(tokens[missing], self.page_ms, self.derate, ahead)
+        ready[missing] = done
+        for (e, c), t in zip(pairs, done, strict=True):
+            self.buffers.put(layer, int(c), int(e), routed + t)  # on-demand pages are cached too
+        if pairs.size:
+            if self.credits is not None:  # priorities: on-demand loads push low-priority traffic back
+                self.link_free = max(self.link_free, routed) + float(done.max() - ahead)
+            else:  # one channel: the loads went after what was queued
+                self.link_free = max(self.link_free, routed + float(done.max()))
+        return np.where(active, ready, 0.0), len(pairs)
+
+    def _read_pages(self, layer: int, tokens: np.ndarray, published: np.ndarray) -> None:
+        self.directory.read(layer, (tokens > 0) & published)
+
+    def _release_pages(self, layer: int, tokens: np.ndarray, published: np.ndarray) -> None:
+        self.directory.release(layer, (tokens > 0) & published)
+
+    def _tokens_per_chiplet(self, assignment: np.ndarray) -> np.ndarray:
+        """Token copies sent to each chiplet: one per (token, chiplet) with multicast, else one per pair."""
+        if self.strategy.multicast:
+            sent = np.zeros(self.C, dtype=np.int64)
+            for r in range(assignment.shape[1]):
+                first = (assignment[:, :r] != assignment[:, r : r + 1]).all(axis=1)
+                np.add.at(sent, assignment[first, r], 1)
+            return sent
+        return np.bincount(assignment.ravel(), minlength=self.C)
+
+    # ----------------------------------------------------------- prefetch
+
+    def _cancel_unused(self, layer: int, used: np.ndarray, routed: float) -> None:
+        for p in self.pending[layer]:
+            if used[p.expert]:
+                self.log.prefetch_used += 1
+                continue
+            done = min(1.0, max(0.0, (routed - p.start) / max(p.end - p.start, 1e-12)))
+            self.log.prefetch_wasted_bytes += done * self.instance.model.page_gb * 1e9
+            if done < 1.0:
+                self.buffers.drop(layer, p.chiplet, p.expert)
+        self.pending[layer] = []
+
+    def _prefetch(self, b: int, layer: int, used: np.ndarray, issue_at: float) -> None:
+        nxt = layer + 1
+        wanted = self._prefetch_candidates(layer, used)
+        published = self.directory.published(nxt).any(axis=1)
+        issued = 0
+        start = max(issue_at, self.link_free)
+        for e in wanted:
+            if self.credits is not None and issued >= self.credits:
+                break  # no credit left: the prefetch is not issued
+            if published[e] or self.buffers.holders(nxt, e):
+                continue
+            c = int(self.home[nxt, e])
+            end = start + self.page_ms
+            self.buffers.put(nxt, c, int(e), end)
+            self.pending[nxt].append(_Prefetch(int(e), c, start, end))
+            self.log.load_bytes[b, layer] += self.instance.model.page_gb * 1e9
+            start = end
+            issued += 1
+        self.log.prefetch_issued += issued
+        self.link_free = max(self.link_free, start)
+
+    def _prefetch_candidates(self, layer: int, used: np.ndarray) -> list[int]:
+        """Next-layer experts to prefetch, most confident first."""
+        if self.strategy.prefetch == "popularity":  # the next layer's hottest experts
+            return [int(e) for e in self.popular[layer + 1][: self.credits or POPULAR_PREFETCH]]
+        targets = self.targets[layer][used]  # [used, E]
+        conf = self.confidence[layer][used]
+        score = (targets * conf[:, None]).max(axis=0)
+        order = np.argsort(-score, kind="stable")
+        return [int(e) for e in order if score[e] > 0]
+
+    # ------------------------------------------------------------ metrics
+
+    def _record(
+        self,
+        b: int,
+        layer: int,
+        latency: float,
+        expert_ms: float,
+        exec_: np.ndarray,
+        tokens: np.ndarray,
+        token_copies: int,
+        loads: int,
+    ) -> None:
+        log, model, rt = self.log, self.instance.model, self.instance.runtime
+        busy = exec_.sum(axis=0)
+        log.latency_ms[b, layer] = latency
+        log.expert_ms[b, layer] = expert_ms
+        log.balance[b, layer] = busy.mean() / busy.max() if busy.max() > 0 else 1.0
+        per_chiplet = tokens.sum(axis=0)
+        log.imbalance_tokens[b, layer] = per_chiplet.max() / per_chiplet.mean() if per_chiplet.sum() else 1.0
+        log.token_bytes[b, layer] = token_copies * model.token_bytes
+        page_bytes = model.page_gb * 1e9
+        log.demand_load_bytes[b, layer] = loads * page_bytes
+        log.load_bytes[b, layer] += loads * page_bytes
+        reads = int((tokens > 0).sum()) * page_bytes
+        flops = int(tokens.sum()) * model.gflop_per_token * 1e9
+        moved = (token_copies * model.token_bytes + loads * page_bytes) * BITS
+        log.energy_mj[b, layer] = 1e-9 * (
+            moved * rt.d2d_pj_per_bit
+            + reads * BITS * rt.hbm_pj_per_bit
+            + token_copies * model.token_bytes * BITS * rt.sram_pj_per_bit
+            + flops * rt.pj_per_flop
+        )

@@ -1,0 +1,95 @@
+"""The strategies the evaluator compares (paper Table 4, EPLB, and Table 5 ablations).
+
+A strategy is a set of switches over one runtime; all of them share the
+capacity budget of the instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.residency.problem import TERMS
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    residency: str  # slow-loop method (comoe_opt.residency.solve.METHODS)
+    replan: bool  # re-plan every window (False: once, on the profiling window)
+    prefetch: Literal["none", "transitions", "popularity"]
+    mapping: Literal["home", "even", "flow"]  # fast loop: home replica, even split, min-cost flow
+    credits: bool = False  # credit-limited prefetch on the lowest-priority channel
+    multicast: bool = False  # one copy of a token per chiplet, top-k merged locally
+    max_replicas: int | None = None  # None: the instance's policy
+    window_divisor: int = 1  # > 1: re-plan that many times per window (single time scale)
+    terms: frozenset[str] = TERMS
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
+
+
+COMOE = Strategy(
+    "comoe",
+    residency="milp",
+    replan=True,
+    prefetch="transitions",
+    mapping="flow",
+    credits=True,
+    multicast=True,
+    label="CoMoE-Chip",
+)
+
+STRATEGIES: dict[str, Strategy] = {
+    "static": Strategy(
+        "static", residency="static", replan=False, prefetch="none", mapping="home", label="static"
+    ),
+    "hot": Strategy(
+        "hot", residency="hot", replan=True, prefetch="none", mapping="even", label="hot replication"
+    ),
+    "transition": Strategy(
+        "transition",
+        residency="static",
+        replan=False,
+        prefetch="transitions",
+        mapping="home",
+        credits=True,
+        label="transition prefetch",
+    ),
+    "comoe": COMOE,
+    "eplb": Strategy(
+        "eplb", residency="eplb", replan=True, prefetch="none", mapping="even", label="EPLB-style"
+    ),
+    # Table 5: CoMoE with one mechanism off
+    "no-transitions": dataclasses.replace(
+        COMOE,
+        name="no-transitions",
+        prefetch="popularity",
+        terms=TERMS - {"prefetch"},
+        label="no transition graph",
+    ),
+    "no-replicas": dataclasses.replace(
+        COMOE, name="no-replicas", max_replicas=1, label="no bounded replicas"
+    ),
+    "no-congestion": dataclasses.replace(
+        COMOE, name="no-congestion", mapping="even", label="no congestion-aware mapping"
+    ),
+    "no-credits": dataclasses.replace(COMOE, name="no-credits", credits=False, label="no credits/priorities"),
+    "single-scale": dataclasses.replace(
+        COMOE, name="single-scale", window_divisor=10, label="single time scale"
+    ),
+}
+
+TABLE4 = ("static", "hot", "transition", "comoe")
+TABLE5 = ("comoe", "no-transitions", "no-replicas", "no-congestion", "no-credits", "single-scale")
+
+
+def strategy(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise ComoeError(f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})") from None
