@@ -254,7 +254,7 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     runtime = build(Runtime, table.get("runtime", {}), source, "runtime")
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
-    path = Path(source).resolve() if Path(source).exists() else None
+    path = Path(source).resolve()  # relative paths inside resolve against its folder
     return Instance(name, model, hardware, trace, policy, runtime, path)
 
 

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from comoe_opt.cli import add_verb
-from comoe_opt.errors import ComoeError, InputError
+from comoe_opt.errors import InputError
 from comoe_opt.instance import FileTrace, Instance, load_instance
 from comoe_opt.mapping.gap import GapReport, fast_loop_gap
+from comoe_opt.residency.formats import read_placement
+from comoe_opt.residency.gap import slow_loop_gap, summarize_slow_gap
 from comoe_opt.trace import Trace, instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
 
@@ -22,19 +24,42 @@ def register(verbs: Any) -> None:
     gap.add_argument("instance", type=Path, help="instance TOML file")
     gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")
     gap.add_argument("--windows", type=int, default=200, help="(micro-batch, layer) samples (default 200)")
-    gap.add_argument("--placement", type=Path, help="placement file (not yet supported)")
+    gap.add_argument("--placement", type=Path, help="placement JSON (comoe-opt solve -o) for the fast loop")
+    gap.add_argument(
+        "--slow-windows", type=int, default=3, help="slow-loop windows to compare heuristics with the MILP on"
+    )
     gap.add_argument("--seed", type=int, default=0, help="seed of the sample draw (default 0)")
 
 
 def cmd_gap(args: argparse.Namespace) -> dict[str, Any]:
-    if args.placement is not None:
-        raise ComoeError("--placement: not yet supported (no placement file format exists yet)")
     if args.windows < 1:
         raise InputError(None, "--windows", f"must be >= 1, got {args.windows}")
+    if args.slow_windows < 0:
+        raise InputError(None, "--slow-windows", f"must be >= 0, got {args.slow_windows}")
     instance = load_instance(args.instance)
     batches = _batches(instance, args.trace)
-    report = fast_loop_gap(instance, batches, windows=args.windows, seed=args.seed)
-    return {**report.to_dict(), "_text": format_gap(report)}
+    placement = None
+    if args.placement is not None:
+        placement = read_placement(
+            args.placement, batches.layers, batches.num_experts, instance.hardware.chiplets
+        ).resident
+    report = fast_loop_gap(instance, batches, windows=args.windows, seed=args.seed, placement=placement)
+    out = {**report.to_dict(), "_text": format_gap(report)}
+    if args.slow_windows and args.trace is None:
+        slow = summarize_slow_gap(slow_loop_gap(instance, batches, args.slow_windows))
+        out["slow_loop"] = slow.to_dict(orient="records")
+        out["_text"] += "\n\n" + format_slow(slow)
+    return out
+
+
+def format_slow(table: Any) -> str:
+    shown = table.copy()
+    for column in ("mean_gap_to_bound", "max_gap_to_bound", "mean_gap_to_milp"):
+        shown[column] = shown[column].map(lambda v: f"{100 * v:.3f}%")
+    shown["median_time_s"] = shown["median_time_s"].map(lambda v: f"{v:.3f}")
+    return "slow loop: objective gap of each method to the MILP's proven bound\n" + shown.to_string(
+        index=False
+    )
 
 
 def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:

@@ -258,6 +258,10 @@ class _Runtime:
         assignment = map_tokens(self, layer, experts, published, buffered, low_priority_ahead)
         tokens = np.zeros((self.E, self.C), dtype=np.int64)
         np.add.at(tokens, (experts.ravel(), assignment.ravel()), 1)
+        if assignment.shape != experts.shape or not np.array_equal(
+            tokens.sum(axis=1), np.bincount(experts.ravel(), minlength=self.E)
+        ):  # the router's choices are never changed, only where they run
+            raise RuntimeError(f"mapping changed the routed experts at layer {layer}")
         ready, loads = self._ready(layer, tokens, published, buffered, routed, low_priority_ahead)
         self._read_pages(layer, tokens, published)
         exec_ = exec_ms(tokens, self.speeds)

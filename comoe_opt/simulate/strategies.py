@@ -44,12 +44,27 @@ COMOE = Strategy(
     label="CoMoE-Chip",
 )
 
+# Only CoMoE plans residency knowing what prefetch hides (the transition graph's coupling).
+NO_PREFETCH_TERM = TERMS - {"prefetch"}
+
 STRATEGIES: dict[str, Strategy] = {
     "static": Strategy(
-        "static", residency="static", replan=False, prefetch="none", mapping="home", label="static"
+        "static",
+        residency="static",
+        replan=False,
+        prefetch="none",
+        mapping="home",
+        terms=NO_PREFETCH_TERM,
+        label="static",
     ),
     "hot": Strategy(
-        "hot", residency="hot", replan=True, prefetch="none", mapping="even", label="hot replication"
+        "hot",
+        residency="hot",
+        replan=True,
+        prefetch="none",
+        mapping="even",
+        terms=NO_PREFETCH_TERM,
+        label="hot replication",
     ),
     "transition": Strategy(
         "transition",
@@ -58,18 +73,25 @@ STRATEGIES: dict[str, Strategy] = {
         prefetch="transitions",
         mapping="home",
         credits=True,
+        terms=NO_PREFETCH_TERM,
         label="transition prefetch",
     ),
     "comoe": COMOE,
     "eplb": Strategy(
-        "eplb", residency="eplb", replan=True, prefetch="none", mapping="even", label="EPLB-style"
+        "eplb",
+        residency="eplb",
+        replan=True,
+        prefetch="none",
+        mapping="even",
+        terms=NO_PREFETCH_TERM,
+        label="EPLB-style",
     ),
     # Table 5: CoMoE with one mechanism off
     "no-transitions": dataclasses.replace(
         COMOE,
         name="no-transitions",
         prefetch="popularity",
-        terms=TERMS - {"prefetch"},
+        terms=NO_PREFETCH_TERM,
         label="no transition graph",
     ),
     "no-replicas": dataclasses.replace(
