@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/comoe-opt run instances/paper-baseline.toml
+	$(BIN)/comoe-opt paper instances/paper-baseline.toml --out out/paper
 
 test: $(STAMP)
 	$(BIN)/ruff check .
