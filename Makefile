@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
+	$(BIN)/python -m comoe_opt.docs docs/instances.md
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_tracegen.py

@@ -25,3 +25,20 @@ def instance_reference() -> str:
             out.append(f"| `{row['key']}` | {unit} | {row['default']} | {row['doc']} |")
         out.append("")
     return "\n".join(out)
+
+
+def update(path: str) -> None:
+    """Rewrite the generated block of a Markdown file in place."""
+    from pathlib import Path
+
+    begin, end = "<!-- generated: begin -->\n", "<!-- generated: end -->"
+    text = Path(path).read_text(encoding="utf-8")
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    Path(path).write_text(head + begin + instance_reference() + "\n" + end + tail, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    import sys
+
+    update(sys.argv[1])

@@ -122,6 +122,7 @@ class Policy:
     """Knobs of the slow loop, the fast loop and prefetch."""
 
     window_batches: int = param("micro-batches per slow-loop window", ge=1, default=100)
+    history_windows: int = param("past windows the slow loop plans on (rolling horizon)", ge=1, default=1)
     transition_eps: float = param(
         "transition-graph smoothing ε added to every count", "count", gt=0, default=0.05
     )

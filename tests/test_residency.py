@@ -48,6 +48,7 @@ def problem(
         miss_ms=miss,
         work_ms=work,
         tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
+        peak_tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
         nop_ms_per_token=np.zeros(capacity.size) if nop is None else np.asarray(nop, dtype=float),
         capacity_pages=capacity,
         budget_pages=int(capacity.sum()) if budget is None else budget,

@@ -28,6 +28,11 @@ class WindowDemand:
     used: np.ndarray  # [L, E] float64 in [0, 1], q
     hidden: np.ndarray  # [L, E] float64 in [0, 1], h
     batches: int  # micro-batches the statistics come from
+    peak_tokens: np.ndarray | None = None  # [L, E] most selections in one micro-batch (default λ)
+
+    @property
+    def peak(self) -> np.ndarray:
+        return self.tokens if self.peak_tokens is None else self.peak_tokens
 
     def __post_init__(self) -> None:
         shape = self.tokens.shape
@@ -65,6 +70,8 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     offsets = (np.arange(layers) * e)[None, :, None]
     counts = np.bincount((flat.astype(np.int64) + offsets).ravel(), minlength=layers * e).reshape(layers, e)
     used = used_mask(experts, e)
+    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * e
+    per_batch = np.bincount((keys + experts).ravel(), minlength=n * layers * e).reshape(n, layers, e)
     if graph is None:
         graph = TransitionGraph.from_counts(
             transition_counts(flat, e), policy.transition_eps, policy.transition_top_s
@@ -73,7 +80,7 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     uses = used.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         hidden = np.where(uses > 0, hit.sum(axis=0) / uses, 0.0)
-    return WindowDemand(counts / n, uses / n, hidden, n)
+    return WindowDemand(counts / n, uses / n, hidden, n, per_batch.max(axis=0).astype(np.float64))
 
 
 def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) -> WindowDemand:

@@ -34,6 +34,7 @@ class ResidencyProblem:
     miss_ms: np.ndarray  # [L, E] per micro-batch, paid when (l, e) has no replica
     work_ms: np.ndarray  # [L, E, C] expected expert work per micro-batch if all of it ran on c
     tokens: np.ndarray  # [L, E] λ, selections per micro-batch
+    peak_tokens: np.ndarray  # [L, E] most selections of (l, e) in one micro-batch of the window
     nop_ms_per_token: np.ndarray  # [C] NoP pressure of sending one token to c and back
     capacity_pages: np.ndarray  # [C] int
     budget_pages: int
@@ -154,6 +155,7 @@ def residency_problem(
         miss_ms=miss,
         work_ms=work,
         tokens=demand.tokens,
+        peak_tokens=demand.peak,
         nop_ms_per_token=nop,
         capacity_pages=capacity,
         budget_pages=int(budget),

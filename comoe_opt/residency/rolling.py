@@ -21,7 +21,7 @@ from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import SolveResult
-from comoe_opt.trace.batching import MicroBatches, windows
+from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
 NO_LEASE = frozenset({"eplb"})
 
@@ -50,7 +50,7 @@ def rolling_horizon(
     previous: Placement | None = None
     lease_until: np.ndarray | None = None
     for w, (start, stop) in enumerate(spans):
-        history = spans[w - 1] if w > 0 else (start, stop)
+        history = history_span(spans, w, policy.history_windows)
         demand = window_demand(batches.window(*history), policy)
         # EPLB re-plans from scratch each time, as published: no leases
         leased = None if lease_until is None or method in NO_LEASE else lease_until > w

@@ -211,15 +211,20 @@ def _sweep_figure(out: Path, name: str, xlabel: str, rows: list[dict[str, Any]])
         out / f"{name}.csv",
         [{"x": r["x"], "strategy": r["label"], "p95_ms": r["p95_ms"], "mean_ms": r["mean_ms"]} for r in rows],
     )
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for strategy in TABLE4:
-        points = sorted((r["x"], r["p95_ms"]) for r in rows if r["strategy"] == strategy)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=STRATEGIES[strategy].title)
-    if "d2d" in name:
-        ax.set_xscale("log", base=2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("P95 per-layer latency (ms)")
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, metric, title in zip(axes, ("p95_ms", "mean_ms"), ("P95", "mean"), strict=True):
+        for strategy in TABLE4:
+            points = sorted((r["x"], r[metric]) for r in rows if r["strategy"] == strategy)
+            ax.plot(
+                [p[0] for p in points], [p[1] for p in points], marker="o", label=STRATEGIES[strategy].title
+            )
+        if "d2d" in name:
+            ax.set_xscale("log", base=2)
+        ax.set_yscale("log")  # hot replication's misses would flatten every other curve
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{title} per-layer latency (ms)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
     path = _save(fig, out / f"{name}.png")
     plt.close(fig)
     return [csv_path, path]

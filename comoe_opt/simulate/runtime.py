@@ -39,7 +39,7 @@ from comoe_opt.simulate.directory import ExpertDirectory
 from comoe_opt.simulate.fastmap import map_tokens
 from comoe_opt.simulate.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
 from comoe_opt.simulate.strategies import Strategy
-from comoe_opt.trace.batching import MicroBatches, windows
+from comoe_opt.trace.batching import MicroBatches, history_span, windows
 from comoe_opt.transitions import TransitionGraph, transition_counts
 
 BITS = 8.0
@@ -154,6 +154,9 @@ class _Runtime:
         self.confidence: np.ndarray | None = None
         self.popular: np.ndarray | None = None  # [L, E] expert order by frequency (popularity prefetch)
         self.pending: list[list[_Prefetch]] = [[] for _ in range(self.L)]
+        self.to_retire: list[tuple[int, int, int]] = []
+        self.retire_at = 0.0
+        self.plan = np.zeros((self.L, self.E, self.C), dtype=bool)
         self.clock = 0.0
         self.link_free = 0.0  # low-priority traffic (prefetch, copies) is queued until then
         self.log = SampleLog.empty(batches.batches, self.L)
@@ -167,10 +170,12 @@ class _Runtime:
         placement: Placement | None = None
         for w, (start, stop) in enumerate(spans):
             if w == 0 or self.strategy.replan:
-                history = spans[w - 1] if w > 0 else (start, stop)
+                history = history_span(spans, w, policy.history_windows)
                 placement = self._plan(placement, *history, w, stop - start)
             for b in range(start, stop):
                 self.directory.publish_due(self.clock)
+                if self.to_retire and self.clock >= self.retire_at:
+                    self._retire_pending()
                 for layer in range(self.L):
                     self._layer(b, layer)
         self.log.copies_rolled_back = self.directory.rolled_back
@@ -213,9 +218,13 @@ class _Runtime:
         if previous is None:
             self.directory.install(placement.resident)
             return
-        held = self.directory.held()
-        for key in zip(*np.nonzero(held & ~placement.resident), strict=True):
-            self.directory.retire(tuple(int(k) for k in key))
+        self._retire_pending()  # the previous plan's leftovers go now
+        leaving = self.directory.held() & ~placement.resident
+        for key in zip(*np.nonzero(leaving & ~self.directory.published()), strict=True):
+            self.directory.retire(tuple(int(k) for k in key))  # cancel copies still in flight
+        # make before break: published replicas leave only once the new copies have landed
+        self.to_retire = [tuple(int(k) for k in key) for key in zip(*np.nonzero(leaving), strict=True)]
+        self.plan = placement.resident
         new = placement.resident & ~self.directory.held()
         start = max(self.clock, self.link_free)
         for i, key in enumerate(zip(*np.nonzero(new), strict=True)):
@@ -224,6 +233,21 @@ class _Runtime:
             self.directory.prepare(tuple(int(k) for k in key), arrival, verified)
             self.log.pages_migrated += 1
         self.link_free = start + int(new.sum()) * self.page_ms
+        self.retire_at = self.link_free
+
+    def _retire_pending(self) -> None:
+        """Retire the replicas the plan dropped, except the last copy of an expert whose new copy failed."""
+        published = self.directory.published()
+        for key in self.to_retire:
+            l, e, _ = key
+            if not published[key]:
+                continue
+            still_planned = self.plan[l, e].any()
+            if still_planned and (published[l, e] & self.plan[l, e]).sum() == 0:
+                continue  # its replacement was rolled back: keep serving from the old copy
+            self.directory.retire(key)
+            published[key] = False
+        self.to_retire = []
 
     def _set_homes(self, placement: Placement, work: np.ndarray) -> None:
         """Home chiplet of every expert: its first replica, or the least loaded chiplet (LPT)."""

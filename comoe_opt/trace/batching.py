@@ -135,3 +135,13 @@ def windows(batches: int, window: int) -> list[tuple[int, int]]:
     if window < 1:
         raise InputError(None, "window_batches", f"must be >= 1, got {window}")
     return [(start, min(start + window, batches)) for start in range(0, batches, window)]
+
+
+def history_span(spans: list[tuple[int, int]], w: int, count: int) -> tuple[int, int]:
+    """Micro-batches a plan for window `w` is made from: the `count` windows before it.
+
+    The first window has no history and profiles itself.
+    """
+    if w == 0:
+        return spans[0]
+    return spans[max(0, w - count)][0], spans[w - 1][1]
