@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from comoe_opt import __version__
+from comoe_opt.bench import commands as bench_commands
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.residency import commands as residency_commands
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
     residency_commands.register(verbs, add_verb)
     simulate_commands.register(verbs, add_verb)
+    bench_commands.register(verbs, add_verb)
     from comoe_opt.mapping.commands import register as register_mapping  # here: it imports add_verb
 
     register_mapping(verbs)

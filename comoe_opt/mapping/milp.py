@@ -89,7 +89,7 @@ def _single_token_bound(problem: MappingProblem) -> float:
 
 
 def solve_exact_milp(
-    problem: MappingProblem, *, time_limit_s: float | None = None, threads: int = 1
+    problem: MappingProblem, *, time_limit_s: float | None = None
 ) -> SolveResult[np.ndarray]:
     """Solve the MILP with HiGHS; the report carries the LP relaxation bound.
 
@@ -98,7 +98,7 @@ def solve_exact_milp(
     began = time.perf_counter()
     lp = lp_bound(problem)
     model = build_milp(problem)
-    results = _highs(model, time_limit_s, threads)
+    results = _highs(model, time_limit_s)
     status = _STATUS.get(results.termination_condition, Status.ERROR)
     report = {"lp_bound_ticks": lp, "termination": str(results.termination_condition)}
     if results.incumbent_objective is None:
@@ -114,14 +114,16 @@ def solve_exact_milp(
 
 def lp_bound(problem: MappingProblem) -> float:
     """Optimal value (ticks) of the MILP's LP relaxation: a lower bound on the makespan."""
-    results = _highs(build_milp(problem, relax=True), None, 1)
+    results = _highs(build_milp(problem, relax=True), None)
     if results.termination_condition != TC.convergenceCriteriaSatisfied:
         return -math.inf
     return float(results.incumbent_objective)
 
 
-def _highs(model: pyo.ConcreteModel, time_limit_s: float | None, threads: int) -> Any:
-    options = {"mip_rel_gap": 0.0, "threads": threads, "output_flag": False}
+def _highs(model: pyo.ConcreteModel, time_limit_s: float | None) -> Any:
+    # no `threads` option: HiGHS keeps one thread pool per process and refuses a
+    # different count once another solve has started it (status "unknown")
+    options = {"mip_rel_gap": 0.0, "output_flag": False}
     return SolverFactory("highs").solve(
         model,
         load_solutions=False,

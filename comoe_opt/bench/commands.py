@@ -1,0 +1,73 @@
+"""`comoe-opt bench SUITE`: run a benchmark suite locally or on a Dask cluster."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from comoe_opt.bench.provenance import available_cores
+from comoe_opt.bench.runner import BenchOutcome, describe_suite, run_suite
+from comoe_opt.bench.suite import load_suite
+from comoe_opt.errors import ComoeError
+
+
+def register(verbs: Any, add_verb: Any) -> None:
+    sub = add_verb(verbs, "bench", "run a benchmark suite (instances x methods x seeds)", cmd_bench)
+    sub.add_argument("suite", type=Path, help="suite TOML file (see docs/bench.md)")
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument(
+        "--jobs", type=int, help=f"local worker processes (default: the cores available, {available_cores()})"
+    )
+    where.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
+    sub.add_argument("--out", type=Path, help="output folder (default: bench-out/<suite name>)")
+    sub.add_argument("--resume", action="store_true", help="skip finished runs, retry failed ones")
+    sub.add_argument("--no-plots", action="store_true", help="write the report without plots")
+    sub.add_argument("--dry-run", action="store_true", help="list the expanded runs, run nothing")
+
+
+def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:
+    if args.jobs is not None and args.jobs < 1:
+        raise ComoeError(f"--jobs must be at least 1, got {args.jobs}")
+    suite = load_suite(args.suite)
+    if args.dry_run:
+        return describe_suite(suite)
+    out = args.out if args.out is not None else Path("bench-out") / suite.name
+    jobs = args.jobs if args.jobs is not None else available_cores()
+    outcome = run_suite(
+        suite, out, jobs=jobs, scheduler=args.scheduler, resume=args.resume, plots=not args.no_plots
+    )
+    result = _result(outcome)
+    if outcome.exit_status:
+        # the report is the output either way; the status tells scripts the suite is incomplete
+        from comoe_opt.cli import emit
+
+        emit(result, args.json)
+        if outcome.interrupted is None:
+            print(f"comoe-opt: {outcome.failed} runs failed (see {out / 'report.md'})", file=sys.stderr)
+        raise SystemExit(outcome.exit_status)
+    return result
+
+
+def _result(o: BenchOutcome) -> dict[str, Any]:
+    state = "interrupted" if o.interrupted is not None else "complete" if not o.missing else "incomplete"
+    text = (
+        f"{o.suite}: {state}; {o.total} runs: {o.skipped} finished before, {o.ran} run now, "
+        f"{o.failed} failed, {o.missing} missing; {o.wall_s:.1f} s ({o.executor})\n"
+        f"results {o.out / 'results.parquet'}\nreport  {o.out / 'report.md'}"
+    )
+    return {
+        "suite": o.suite,
+        "state": state,
+        "runs": o.total,
+        "skipped": o.skipped,
+        "ran": o.ran,
+        "failed": o.failed,
+        "missing": o.missing,
+        "wall_s": o.wall_s,
+        "executor": o.executor,
+        "results": str(o.out / "results.parquet"),
+        "report": str(o.out / "report.md"),
+        "_text": text,
+    }
