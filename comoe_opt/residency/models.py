@@ -15,8 +15,6 @@ objective is the window objective in ms.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyomo.environ as pyo
 
@@ -223,9 +221,3 @@ def full_model_placement(m: pyo.ConcreteModel, problem: ResidencyProblem) -> np.
     for (l, e, c), var in m.x.items():
         out[l, e, c] = var.value is not None and var.value > 0.5
     return out
-
-
-def floor_ms(problem: ResidencyProblem) -> float:
-    """A trivial bound: every layer's makespan floor, with every expert resident."""
-    floor = problem.work_ms.min(axis=2).sum(axis=1) / problem.chiplets
-    return problem.batches * float(floor.sum()) if not math.isnan(floor.sum()) else 0.0

@@ -76,19 +76,3 @@ class Placement:
         if previous is None:
             return self.pages
         return int((self.resident & ~previous.resident).sum())
-
-    def check_capacity(self, capacity_pages: np.ndarray, budget_pages: int | None = None) -> None:
-        """Raise if a chiplet holds more pages than it has room for, or the budget is exceeded."""
-        used = self.pages_per_chiplet()
-        over = np.flatnonzero(used > capacity_pages)
-        if over.size:
-            c = int(over[0])
-            raise InputError(
-                None,
-                "placement",
-                f"chiplet {c} holds {int(used[c])} pages, capacity {int(capacity_pages[c])}",
-            )
-        if budget_pages is not None and self.pages > budget_pages:
-            raise InputError(
-                None, "placement", f"{self.pages} resident pages exceed the replica budget {budget_pages}"
-            )
