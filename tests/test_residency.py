@@ -306,3 +306,23 @@ def test_cli_solve_user_errors_are_one_line(tmp_path, capsys):
     assert not out.exists()
     assert main(["solve", str(instance), "--window", "7"]) == 2
     assert "outside" in capsys.readouterr().err
+
+
+def test_spare_pages_take_replicas_without_raising_the_objective():
+    from comoe_opt.residency.fill import fill_spare
+
+    # room for 6 pages, 3 experts: the optimum needs 3; the spare ones replicate the burstiest expert
+    p = problem(miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]])
+    result = solve(p, "milp")
+    assert result.solution.pages > 3 and result.report.get("spare_replicas", 0) > 0
+    assert result.solution.replicas()[0, 0] == 2  # the expert with the largest peak per replica
+    assert not check_feasible(p, result.solution)
+    base = Placement(np.array([[[True, False], [False, True], [True, False]]]))
+    filled = fill_spare(p, base)
+    assert evaluate(p, filled).total <= evaluate(p, base).total + 1e-9
+    # with copies priced, only replicas already in place may be added: none here
+    priced = problem(
+        miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]], copy_ms=1.0,
+        previous=base.resident,
+    )  # fmt: skip
+    assert fill_spare(priced, base).pages == base.pages
