@@ -159,6 +159,17 @@ class Policy:
     balance: Literal["work", "tokens"] = param(
         "balance expected expert work (weight reads + FLOPs) or token counts", default="work"
     )
+    balance_scenarios: int = param(
+        "micro-batches of the planning window kept as balance scenarios: the slow loop scores balance as "
+        "each one's makespan under the best routing (0 = on the window's mean load)",
+        ge=0,
+        default=0,
+    )
+    search_moves: int = param(
+        "local-search moves per layer that refine the slow loop's placement on the scenarios",
+        ge=0,
+        default=200,
+    )
     time_limit_s: float = param("solver time limit", "s", gt=0, default=10.0)
     mip_gap: float = param("relative MIP gap at which a solve stops", ge=0, le=1, default=1e-3)
 

@@ -6,7 +6,10 @@ Per logical expert (l, e), over the micro-batches of a window:
 * `used[l, e]` — q, share of micro-batches that select it at least once
   (each such micro-batch needs the page once);
 * `hidden[l, e]` — h, share of those uses in which transition-graph prefetch
-  would already have asked for the page (see `comoe_opt.prefetch`).
+  would already have asked for the page (see `comoe_opt.prefetch`);
+* `scenario_tokens[s, l, e]` — with `policy.balance_scenarios > 0`, the
+  selections of (l, e) in each of S micro-batches sampled evenly from the
+  window: the balance scenarios (see `comoe_opt.residency.scenarios`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class WindowDemand:
     hidden: np.ndarray  # [L, E] float64 in [0, 1], h
     batches: int  # micro-batches the statistics come from
     peak_tokens: np.ndarray | None = None  # [L, E] most selections in one micro-batch (default λ)
+    scenario_tokens: np.ndarray | None = None  # [S, L, E] selections in sampled micro-batches
 
     @property
     def peak(self) -> np.ndarray:
@@ -40,6 +44,9 @@ class WindowDemand:
             raise InputError(None, "demand", "tokens, used and hidden must have one shape")
         if np.any(self.tokens < 0) or not np.all(np.isfinite(self.tokens)):
             raise InputError(None, "demand.tokens", "must be finite and non-negative")
+        scenarios = self.scenario_tokens
+        if scenarios is not None and (scenarios.ndim != 3 or scenarios.shape[1:] != shape):
+            raise InputError(None, "demand.scenario_tokens", f"must be [scenarios, {shape[0]}, {shape[1]}]")
 
     @property
     def layers(self) -> int:
@@ -80,7 +87,22 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     uses = used.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         hidden = np.where(uses > 0, hit.sum(axis=0) / uses, 0.0)
-    return WindowDemand(counts / n, uses / n, hidden, n, per_batch.max(axis=0).astype(np.float64))
+    scenarios = per_batch[sample_scenarios(n, policy.balance_scenarios)] if policy.balance_scenarios else None
+    return WindowDemand(
+        counts / n,
+        uses / n,
+        hidden,
+        n,
+        per_batch.max(axis=0).astype(np.float64),
+        None if scenarios is None else scenarios.astype(np.float64),
+    )
+
+
+def sample_scenarios(batches: int, wanted: int) -> np.ndarray:
+    """Indices of `wanted` micro-batches spread evenly over `batches` (all when there are fewer)."""
+    if batches <= wanted:
+        return np.arange(batches)
+    return np.floor((np.arange(wanted) + 0.5) * batches / wanted).astype(np.int64)
 
 
 def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) -> WindowDemand:

@@ -12,6 +12,13 @@ on-demand loads of non-resident experts and the copies from the previous
 placement:
 
     J = W · Σ_l (z_l + nop_l + Σ_e miss_le · [no replica]) + copy_ms · pages copied
+
+With balance scenarios (`problem.scenarios > 0`), z_l is instead the mean
+over the scenarios of each one's best-routing makespan (scenarios.py), and
+NoP is each expert's tokens sent to its nearest replica — the two are
+scored apart, as the fast loop routes each micro-batch anew; both terms are
+at least their mean-load counterparts' lower bounds in the replica-count
+model, which therefore still bounds J.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from scipy.optimize import linprog
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.scenarios import layer_makespans
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,12 @@ def evaluate(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
     miss = float((problem.miss_ms * ~resident_any).sum())
     makespans, nops, balance = [], [], []
     for layer in range(problem.layers):
+        if problem.scenarios:
+            z, nop, even = scenario_layer(problem, placement.resident[layer], layer)
+            makespans.append(z)
+            nops.append(nop)
+            balance.append(even)
+            continue
         z, nop, shares = layer_shares(problem, placement.resident[layer], layer)
         makespans.append(z)
         nops.append(nop)
@@ -104,6 +118,22 @@ def evaluate(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
         layer_makespan_ms=tuple(makespans),
         layer_balance=tuple(balance),
     )
+
+
+def scenario_layer(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> tuple[float, float, float]:
+    """(mean scenario makespan, nearest-replica NoP, mean scenario balance) of one layer."""
+    work = problem.scenario_work_ms[:, layer]  # [S, E, C]
+    z = layer_makespans(work, resident)
+    floor = work.min(axis=2).sum(axis=1) / problem.chiplets
+    even = np.where(z > 0, floor / np.where(z > 0, z, 1.0), 1.0)
+    return float(z.mean()), nearest_nop(problem, resident, layer), float(even.mean())
+
+
+def nearest_nop(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> float:
+    """NoP of one layer with every token sent to its expert's nearest replica (anywhere if none)."""
+    nop = np.where(resident, problem.nop_ms_per_token[None, :], np.inf).min(axis=1)
+    nop = np.where(np.isfinite(nop), nop, problem.nop_ms_per_token.min())
+    return float((problem.tokens[layer] * nop).sum())
 
 
 def layer_shares(

@@ -46,6 +46,8 @@ class ResidencyProblem:
     tenants: tuple[Tenant, ...] = ()
     terms: frozenset[str] = field(default=TERMS)
     all_resident: bool = False  # every logical expert must keep a replica
+    scenario_work_ms: np.ndarray | None = None  # [S, L, E, C] work of sampled micro-batches (scenarios.py)
+    search_moves: int = 0  # local-search moves per layer on the scenarios (refine.py)
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -66,6 +68,11 @@ class ResidencyProblem:
     @property
     def chiplets(self) -> int:
         return self.work_ms.shape[2]
+
+    @property
+    def scenarios(self) -> int:
+        """Balance scenarios (0: balance is scored on the mean load)."""
+        return 0 if self.scenario_work_ms is None else self.scenario_work_ms.shape[0]
 
     def has(self, term: str) -> bool:
         return term in self.terms
@@ -141,7 +148,12 @@ def residency_problem(
             f"{model.layers} x {model.experts_per_layer}"
         )
     miss = _miss_ms(instance, demand, terms)
-    work = _work_ms(instance, demand)
+    per_use, per_token = _work_rates(instance, demand)
+    work = demand.used[:, :, None] * per_use + demand.tokens[:, :, None] * per_token
+    scenario_work = None
+    if demand.scenario_tokens is not None and "balance" in terms:
+        s = demand.scenario_tokens[..., None]
+        scenario_work = (s > 0) * per_use + s * per_token
     capacity = np.floor(np.asarray(hw.capacity_gb) / model.page_gb + 1e-9).astype(np.int64)
     budget = policy.replica_budget_pages or int(capacity.sum())
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
@@ -167,6 +179,8 @@ def residency_problem(
         tenants=tenants if "quota" in terms else (),
         terms=frozenset(terms),
         all_resident=policy.all_resident,
+        scenario_work_ms=scenario_work,
+        search_moves=policy.search_moves,
     )
 
 
@@ -185,24 +199,25 @@ def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str]) ->
     return load_ms(instance) * demand.used * exposed
 
 
-def _work_ms(instance: Instance, demand: WindowDemand) -> np.ndarray:
-    """Expected expert work per micro-batch on each chiplet (roofline per use).
+def _work_rates(instance: Instance, demand: WindowDemand) -> tuple[np.ndarray, np.ndarray]:
+    """Expert work per use and per token on each chiplet, ms ([C] each).
 
     Each micro-batch that uses an expert reads its page once at local
-    bandwidth and runs its tokens at peak compute: `q · t_read + λ · t_flop`.
-    With `balance = "tokens"` the work is proportional to tokens instead, with
-    the same total, so the two settings have the same scale.
+    bandwidth and runs its tokens at peak compute, so the expected work is
+    `q · t_read + λ · t_flop`. With `balance = "tokens"` the work is
+    proportional to tokens instead, `λ · τ`, with τ chosen so that the total
+    is the same and the two settings have the same scale.
     """
     model, hw = instance.model, instance.hardware
-    read_ms = model.page_gb / np.asarray(hw.local_bandwidth_gb_s) * 1e3  # [C]
-    flop_ms = model.gflop_per_token / (np.asarray(hw.peak_tflops) * 1e3) * 1e3  # [C]
-    work = demand.used[:, :, None] * read_ms + demand.tokens[:, :, None] * flop_ms
-    if instance.policy.balance == "tokens":
-        total = work.sum(axis=(0, 1))
-        tokens = demand.tokens.sum()
-        per_token = np.where(tokens > 0, total / max(tokens, 1e-12), 0.0)
-        work = demand.tokens[:, :, None] * per_token
-    return work
+    read_ms = model.page_gb / np.asarray(hw.local_bandwidth_gb_s, dtype=np.float64) * 1e3
+    flop_ms = model.gflop_per_token / (np.asarray(hw.peak_tflops, dtype=np.float64) * 1e3) * 1e3
+    read_ms, flop_ms = np.broadcast_arrays(read_ms, flop_ms)
+    if instance.policy.balance != "tokens":
+        return read_ms, flop_ms
+    total = demand.used.sum() * read_ms + demand.tokens.sum() * flop_ms
+    tokens = demand.tokens.sum()
+    tau = np.where(tokens > 0, total / max(tokens, 1e-12), 0.0)
+    return np.zeros_like(read_ms), tau
 
 
 def _nop_ms_per_token(instance: Instance) -> np.ndarray:

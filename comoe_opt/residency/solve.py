@@ -6,6 +6,8 @@
   heuristic, gives a proven lower bound and replica counts; the counts are
   placed on chiplets and scored exactly. The result is the better of that
   placement and the warm start, so it is never worse than any heuristic.
+  With balance scenarios, a local search (refine.py) then improves the
+  placement — or the previous window's, when that is better — on them.
 * `full`: the plain residency MILP over x[l,e,c] (exact, for small instances).
 * `lp`: the LP relaxation bound of the replica-count model (no placement).
 """
@@ -29,9 +31,10 @@ from comoe_opt.residency.models import (
     set_full_start,
     set_replica_counts,
 )
-from comoe_opt.residency.objective import evaluate
+from comoe_opt.residency.objective import check_feasible, evaluate
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.refine import refine
 from comoe_opt.results import SolveResult, Status, relative_gap
 
 METHODS = ("milp", "full", "lp", *HEURISTICS)
@@ -89,7 +92,9 @@ def solve_milp(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float
     bound = outcome.bound  # a valid lower bound of the full model (formulations/residency.md)
     remaining = time_limit_s - (time.perf_counter() - start)
     polish = None
-    if relative_gap(objective, bound) > mip_gap and _small(problem) and remaining > 0:
+    # the full model scores balance on the mean load: its bound does not hold for scenarios
+    can_polish = _small(problem) and not problem.scenarios
+    if relative_gap(objective, bound) > mip_gap and can_polish and remaining > 0:
         polish = _polish_with_full_model(problem, best, remaining, mip_gap)
         bound = max(bound, polish.bound)
         if polish.status.has_solution and polish.objective < objective:
@@ -98,6 +103,8 @@ def solve_milp(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float
     else:
         outcome_status = outcome.status
     best, objective, terms = _fill_ties(problem, best, objective, terms)
+    if problem.scenarios and problem.search_moves:
+        best, source, objective, terms = _search(problem, best, source, objective, terms)
     bound = _tidy_bound(bound, objective)
     status = _status(outcome_status, objective, bound, mip_gap)
     report = {
@@ -165,6 +172,23 @@ def _fill_ties(
     if scored.total <= objective + 1e-9 * max(1.0, abs(objective)):
         return filled, scored.total, {**scored.to_dict(), "spare_replicas": filled.pages - best.pages}
     return best, objective, terms
+
+
+def _search(
+    problem: ResidencyProblem, best: Placement, source: str, objective: float, terms: dict
+) -> tuple[Placement, str, float, dict]:
+    """Local search on the scenarios from the best placement so far, or the previous one if better."""
+    start, start_objective = best, objective
+    previous = problem.previous
+    if previous is not None and not check_feasible(problem, previous):
+        kept = evaluate(problem, previous).total
+        if kept < start_objective:
+            start, start_objective = previous, kept
+    found = refine(problem, start)
+    scored = evaluate(problem, found)
+    if scored.total < objective:
+        return found, f"{source} + scenario search", scored.total, scored.to_dict()
+    return best, source, objective, terms
 
 
 def _tidy_bound(bound: float, objective: float) -> float:

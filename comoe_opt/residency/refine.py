@@ -1,0 +1,200 @@
+"""Local search on the balance scenarios: swap and replace replicas within a layer.
+
+The replica-count MILP decides how many replicas each expert gets, on the
+mean load; *where* they go decides how much work the fast loop can move off
+a busy chiplet in each micro-batch. This search improves a placement on the
+exact scenario objective (objective.py) with two kinds of moves, both of
+which keep every chiplet's page count, so capacity and budget hold by
+construction:
+
+* swap — a replica of a on chiplet c and a replica of b on chiplet d trade
+  places;
+* replace — a replica of a on c becomes a replica of b on c (a keeps at least
+  one replica when every expert must stay resident).
+
+A move is kept when it lowers the layer's share of the objective,
+`W · (mean scenario makespan + NoP + misses) + κ · copies`, and it respects
+leases, quotas and the replica limit. Each layer's scenario makespans are
+kept as the work confined to every chiplet set (scenarios.py), updated by
+the two experts a move touches. Moves are drawn from a generator seeded per
+layer, so a search is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, related_speeds
+
+
+def refine(problem: ResidencyProblem, placement: Placement, seed: int = 0) -> Placement:
+    """`placement` improved by `problem.search_moves` moves per layer (unchanged without scenarios)."""
+    work = problem.scenario_work_ms
+    if work is None or problem.search_moves == 0 or not enumerable(work):
+        return placement
+    table = CutTable.for_speeds(related_speeds(work))
+    resident = placement.resident.copy()
+    room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
+    for layer in range(problem.layers):
+        search = _LayerSearch(problem, table, resident[layer], layer, room)
+        search.run(np.random.default_rng([seed, layer]), problem.search_moves)
+        resident[layer] = search.resident()
+    return Placement(resident)
+
+
+def popcount(mask: int) -> int:
+    return int(mask).bit_count()
+
+
+@dataclass
+class _Move:
+    a: int
+    b: int
+    new_a: int
+    new_b: int
+
+
+class _LayerSearch:
+    def __init__(
+        self,
+        problem: ResidencyProblem,
+        table: CutTable,
+        resident: np.ndarray,
+        layer: int,
+        room: np.ndarray,
+    ):
+        self.p, self.table, self.layer, self.room = problem, table, layer, room
+        self.chiplets = resident.shape[1]
+        self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
+        self.masks = masks_of(resident)
+        prev = problem.previous.resident[layer] if problem.previous is not None else np.zeros_like(resident)
+        self.prev = masks_of(prev)
+        lease = problem.leased[layer] if problem.leased is not None else np.zeros_like(resident)
+        self.lease = masks_of(lease)
+        experts = resident.shape[0]
+        owns = [t.owns[layer] for t in problem.tenants]
+        self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, experts), dtype=np.int64)
+        self.in_sets = self.work @ table.inside(self.masks)  # [S, sets]
+        experts = sum(self._expert(e, self.masks[e]) for e in range(len(self.masks)))
+        self.value = self._balance(self.in_sets) + experts
+        self.slot_e, self.slot_c = (a.astype(np.int64) for a in np.nonzero(resident))
+        demand = (problem.tokens[layer] > 0) | (problem.miss_ms[layer] > 0)
+        self.candidates = np.flatnonzero(demand)
+
+    def resident(self) -> np.ndarray:
+        bits = (self.masks[:, None] >> np.arange(self.chiplets)) & 1
+        return bits.astype(bool)
+
+    # -------------------------------------------------------- objective parts
+
+    def _balance(self, in_sets: np.ndarray) -> float:
+        return self.p.batches * float(self.table.makespans(in_sets).mean())
+
+    def _expert(self, e: int, mask: int) -> float:
+        """Objective terms of one expert with replica set `mask`: NoP, miss, copies."""
+        p = self.p
+        if mask:
+            on = (mask >> np.arange(self.chiplets)) & 1
+            nop = float(p.nop_ms_per_token[on.astype(bool)].min())
+            miss = 0.0
+        else:
+            nop, miss = float(p.nop_ms_per_token.min()), float(p.miss_ms[self.layer, e])
+        copies = popcount(mask & ~int(self.prev[e]))
+        return p.batches * (float(p.tokens[self.layer, e]) * nop + miss) + p.copy_ms * copies
+
+    # ------------------------------------------------------------------ moves
+
+    def run(self, rng: np.random.Generator, moves: int) -> None:
+        """`moves` proposals: alternately aimed at a bottleneck and drawn at random."""
+        if self.slot_e.size < 2:
+            return
+        for k in range(moves):
+            proposal = self._aimed(rng) if k % 2 else self._random(rng)
+            if proposal is None:
+                continue
+            kind, i, j_or_b = proposal
+            if kind == "swap":
+                move = self._swap(i, j_or_b)
+                if move is not None and self._try(move):
+                    self.slot_c[i], self.slot_c[j_or_b] = self.slot_c[j_or_b], self.slot_c[i]
+            else:
+                move = self._replace(i, j_or_b)
+                if move is not None and self._try(move):
+                    self.slot_e[i] = j_or_b
+
+    def _random(self, rng: np.random.Generator) -> tuple[str, int, int] | None:
+        i = int(rng.integers(self.slot_e.size))
+        if rng.random() < 0.5:
+            return "swap", i, int(rng.integers(self.slot_e.size))
+        if self.candidates.size == 0:
+            return None
+        return "replace", i, int(self.candidates[rng.integers(self.candidates.size)])
+
+    def _aimed(self, rng: np.random.Generator) -> tuple[str, int, int] | None:
+        """A move that gives work confined to a scenario's bottleneck set D a way out of it.
+
+        The scenario is drawn by its makespan's excess over the even split,
+        the expert `a` among those confined to D by its work there; then either
+        a replica of `a` swaps with one outside D, or a replica outside D
+        becomes a replica of `a`.
+        """
+        ratio = self.in_sets / self.table.capacity
+        worst = ratio.argmax(axis=1)
+        excess = ratio[np.arange(worst.size), worst] - ratio[:, -1]
+        if excess.max() <= 0:
+            return None
+        s = int(rng.choice(worst.size, p=excess / excess.sum()))
+        bottleneck = int(self.table.sets[worst[s]])
+        confined = np.flatnonzero((self.masks != 0) & ((self.masks & ~bottleneck) == 0) & (self.work[s] > 0))
+        outside = np.flatnonzero(((bottleneck >> self.slot_c) & 1) == 0)
+        if confined.size == 0 or outside.size == 0:
+            return None
+        weight = self.work[s, confined]
+        a = int(rng.choice(confined, p=weight / weight.sum()))
+        j = int(rng.choice(outside))
+        if rng.random() < 0.5:
+            return "swap", int(rng.choice(np.flatnonzero(self.slot_e == a))), j
+        return "replace", j, a
+
+    def _swap(self, i: int, j: int) -> _Move | None:
+        a, c, b, d = int(self.slot_e[i]), int(self.slot_c[i]), int(self.slot_e[j]), int(self.slot_c[j])
+        ma, mb = int(self.masks[a]), int(self.masks[b])
+        if a == b or c == d or (ma >> d) & 1 or (mb >> c) & 1:
+            return None
+        if (int(self.lease[a]) >> c) & 1 or (int(self.lease[b]) >> d) & 1:
+            return None
+        flip = (1 << c) | (1 << d)
+        return _Move(a, b, ma ^ flip, mb ^ flip)
+
+    def _replace(self, i: int, b: int) -> _Move | None:
+        a, c = int(self.slot_e[i]), int(self.slot_c[i])
+        ma, mb = int(self.masks[a]), int(self.masks[b])
+        if a == b or (mb >> c) & 1 or (int(self.lease[a]) >> c) & 1:
+            return None
+        if popcount(mb) + 1 > self.p.max_replicas or (self.p.all_resident and popcount(ma) < 2):
+            return None
+        if self.owner.size and np.any(self.owner[:, b] - self.owner[:, a] > self.room):
+            return None
+        return _Move(a, b, ma & ~(1 << c), mb | (1 << c))
+
+    def _try(self, move: _Move) -> bool:
+        """Apply `move` if it lowers the layer's objective."""
+        a, b = move.a, move.b
+        old = self.table.inside(np.array([self.masks[a], self.masks[b]], dtype=np.int64))
+        new = self.table.inside(np.array([move.new_a, move.new_b], dtype=np.int64))
+        in_sets = self.in_sets + self.work[:, [a, b]] @ (new - old)
+        before = self._expert(a, self.masks[a]) + self._expert(b, self.masks[b])
+        after = self._expert(a, move.new_a) + self._expert(b, move.new_b)
+        value = self.value - self._balance(self.in_sets) + self._balance(in_sets) - before + after
+        if value >= self.value - 1e-12 * max(1.0, abs(self.value)):
+            return False
+        if self.owner.size:
+            self.room -= self.owner[:, b] * (popcount(move.new_b) - popcount(int(self.masks[b])))
+            self.room -= self.owner[:, a] * (popcount(move.new_a) - popcount(int(self.masks[a])))
+        self.masks[a], self.masks[b] = move.new_a, move.new_b
+        self.in_sets, self.value = in_sets, value
+        return True

@@ -1,0 +1,123 @@
+"""Balance on scenarios: each sampled micro-batch's makespan under the best routing.
+
+The fast loop routes every micro-batch anew, so what a placement is worth
+for balance is the makespan the best routing reaches on each micro-batch,
+not on the window's mean load: a spare replica of a bursty expert is worth
+nothing on the mean and a great deal on the micro-batches where it bursts.
+
+For one micro-batch with expert work `w_e` (work is splittable over an
+expert's replicas R_e; an expert with no replica may run anywhere) and
+chiplets of relative speed `v_c` (work on c is `w_e / v_c`), the best
+makespan is a cut condition of the transportation problem (Hall's theorem
+with capacities):
+
+    z*(w) = max over nonempty chiplet sets D of  Σ_{e : R_e ⊆ D} w_e / Σ_{c ∈ D} v_c
+
+— work that can only go to D must fit in D's capacity, and max-flow/min-cut
+says this is also sufficient. Enumerating the 2^C − 1 sets is exact and fast
+for C ≤ `MAX_ENUMERATED_CHIPLETS`; otherwise (or when chiplets are not
+related by one speed factor) each scenario's makespan is a small LP.
+
+`z*` is a maximum of linear functions of `w`, hence convex: the mean over
+scenarios is at least the makespan of the mean load (Jensen), so every
+lower bound of the mean-load objective still bounds the scenario objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+MAX_ENUMERATED_CHIPLETS = 12
+
+
+@dataclass(frozen=True, eq=False)
+class CutTable:
+    """The chiplet sets D of the cut condition: bit masks and capacities Σ_{c ∈ D} v_c."""
+
+    sets: np.ndarray  # [2^C − 1] int64, bit c set when chiplet c is in D
+    capacity: np.ndarray  # [2^C − 1] float64
+
+    @classmethod
+    def for_speeds(cls, speeds: np.ndarray) -> CutTable:
+        chiplets = speeds.size
+        sets = np.arange(1, 1 << chiplets, dtype=np.int64)
+        members = (sets[:, None] >> np.arange(chiplets)) & 1
+        return cls(sets, members @ speeds)
+
+    @property
+    def all_chiplets(self) -> int:
+        return int(self.sets[-1])
+
+    def inside(self, masks: np.ndarray) -> np.ndarray:
+        """[E, sets] 1.0 where expert e's replica set lies inside D (no replica: only D = all)."""
+        allowed = np.where(masks == 0, self.all_chiplets, masks)
+        return ((allowed[:, None] & ~self.sets[None, :]) == 0).astype(np.float64)
+
+    def makespans(self, work_in_sets: np.ndarray) -> np.ndarray:
+        """Makespan per scenario from the work confined to each set, [S, sets] → [S]."""
+        return (work_in_sets / self.capacity).max(axis=1)
+
+
+def related_speeds(work: np.ndarray) -> np.ndarray | None:
+    """Speeds v [C] with work[..., c] = work[..., 0] / v_c, or None when chiplets are not related."""
+    base = work[..., 0]
+    positive = base > 0
+    if not positive.any():
+        return np.ones(work.shape[-1])
+    ratio = work[positive] / base[positive][:, None]  # [n, C]: work on c relative to chiplet 0
+    if not np.allclose(ratio, ratio[0], rtol=1e-9, atol=0.0) or np.any(ratio[0] <= 0):
+        return None
+    if not np.allclose(work[~positive], 0.0):
+        return None
+    return 1.0 / ratio[0]
+
+
+def enumerable(work: np.ndarray) -> bool:
+    """Whether the cut enumeration applies to scenario work [S, L, E, C]."""
+    return work.shape[-1] <= MAX_ENUMERATED_CHIPLETS and related_speeds(work) is not None
+
+
+def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
+    """Best-routing makespan [S] of each scenario of one layer.
+
+    `work` [S, E, C] ms per scenario if all of (e)'s work ran on c;
+    `resident` [E, C] the layer's replica map.
+    """
+    speeds = related_speeds(work) if work.shape[-1] <= MAX_ENUMERATED_CHIPLETS else None
+    if speeds is not None:
+        table = CutTable.for_speeds(speeds)
+        return table.makespans(work[..., 0] @ table.inside(masks_of(resident)))
+    return np.array([_makespan_lp(w, resident) for w in work])
+
+
+def masks_of(resident: np.ndarray) -> np.ndarray:
+    """Replica sets [E] as bit masks from a replica map [E, C]."""
+    return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[1], dtype=np.int64))
+
+
+def _makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
+    """min z s.t. every expert's work is split over its replicas, each chiplet's share ≤ z."""
+    active = np.flatnonzero(work.sum(axis=1) > 0)
+    if active.size == 0:
+        return 0.0
+    chiplets = resident.shape[1]
+    allowed = resident[active] | ~resident[active].any(axis=1, keepdims=True)
+    e_idx, c_idx = np.nonzero(allowed)
+    n = e_idx.size
+    cost = np.zeros(n + 1)
+    cost[n] = 1.0
+    a_eq = sp.csr_matrix((np.ones(n), (e_idx, np.arange(n))), shape=(active.size, n + 1))
+    rows = np.concatenate((c_idx, np.arange(chiplets)))
+    cols = np.concatenate((np.arange(n), np.full(chiplets, n)))
+    vals = np.concatenate((work[active][e_idx, c_idx], -np.ones(chiplets)))
+    a_ub = sp.csr_matrix((vals, (rows, cols)), shape=(chiplets, n + 1))
+    res = linprog(
+        cost, A_ub=a_ub, b_ub=np.zeros(chiplets), A_eq=a_eq, b_eq=np.ones(active.size), method="highs"
+    )
+    if res.status != 0:
+        raise RuntimeError(f"scenario makespan LP failed: {res.message}")
+    return float(res.x[n])
