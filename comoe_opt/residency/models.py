@@ -33,7 +33,7 @@ def useful_replicas(problem: ResidencyProblem) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         need = np.where(floor > 0, np.ceil(piece / np.maximum(floor, 1e-300) - 1e-9), 1)
     useful = np.clip(need, 1, problem.max_replicas).astype(np.int64)
-    demand = (problem.tokens > 0) | (problem.miss_ms > 0)
+    demand = (problem.tokens > 0) | (problem.miss_ms > 0) | (piece > 0)
     useful = np.where(demand | problem.all_resident, useful, 0)
     return np.maximum(useful, problem.leased_replicas())
 

@@ -1,0 +1,263 @@
+"""Balance scenarios: the cut formula against the routing LP, the scenario objective, the local search."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from comoe_opt.instance import load_instance
+from comoe_opt.residency.demand import sample_scenarios, window_demand
+from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.objective import check_feasible, evaluate
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem, residency_problem
+from comoe_opt.residency.refine import refine
+from comoe_opt.residency.scenarios import (
+    _makespan_lp,
+    enumerable,
+    layer_makespans,
+    related_speeds,
+)
+from comoe_opt.residency.solve import solve
+from comoe_opt.simulate.evaluate import with_overrides
+from comoe_opt.trace import instance_batches
+
+TOL = 1e-6
+
+
+def scenario_problem(
+    scenario_work,
+    capacity,
+    *,
+    miss=None,
+    tokens=None,
+    nop=None,
+    copy_ms=0.0,
+    previous=None,
+    leased=None,
+    max_replicas=None,
+    all_resident=False,
+    moves=200,
+    batches=1,
+) -> ResidencyProblem:
+    """A problem whose balance is scored on `scenario_work` [S, L, E] (same on every chiplet)."""
+    s_work = np.asarray(scenario_work, dtype=float)
+    capacity = np.asarray(capacity, dtype=np.int64)
+    s_work = np.repeat(s_work[..., None], capacity.size, axis=-1)
+    _, layers, experts, chiplets = s_work.shape
+    zeros = np.zeros((layers, experts))
+    return ResidencyProblem(
+        miss_ms=zeros if miss is None else np.asarray(miss, dtype=float),
+        work_ms=s_work.mean(axis=0),
+        tokens=np.ones_like(zeros) if tokens is None else np.asarray(tokens, dtype=float),
+        peak_tokens=np.ones_like(zeros),
+        nop_ms_per_token=np.zeros(chiplets) if nop is None else np.asarray(nop, dtype=float),
+        capacity_pages=capacity,
+        budget_pages=int(capacity.sum()),
+        max_replicas=chiplets if max_replicas is None else max_replicas,
+        copy_ms=copy_ms,
+        batches=batches,
+        previous=None if previous is None else Placement(np.asarray(previous, dtype=bool)),
+        leased=None if leased is None else np.asarray(leased, dtype=bool),
+        all_resident=all_resident,
+        scenario_work_ms=s_work,
+        search_moves=moves,
+    )
+
+
+# ------------------------------------------------------------ the cut formula
+
+
+def test_cut_formula_by_hand():
+    # chiplets 0 and 1; expert A only on 0 (work 3), B on both (work 5), C only on 1 (work 0).
+    # Sets: {0} holds A alone: 3; {1}: 0; {0, 1}: (3 + 5) / 2 = 4. Best routing: 4
+    # (A on 0, B split 1 : 4 so that both chiplets finish at 4).
+    resident = np.array([[True, False], [True, True], [False, True]])
+    work = np.repeat(np.array([[3.0, 5.0, 0.0], [3.0, 1.0, 0.0]])[:, :, None], 2, axis=2)
+    assert layer_makespans(work, resident).tolist() == pytest.approx([4.0, 3.0])
+
+
+def test_an_expert_without_replica_runs_anywhere():
+    resident = np.array([[True, False], [False, False]])
+    work = np.repeat(np.array([[2.0, 2.0]])[:, :, None], 2, axis=2)
+    assert layer_makespans(work, resident).tolist() == pytest.approx([2.0])  # expert 1 goes to chiplet 1
+
+
+@st.composite
+def routing_cases(draw):
+    chiplets = draw(st.integers(1, 4))
+    experts = draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    resident = rng.random((experts, chiplets)) < 0.5
+    base = rng.integers(0, 6, (draw(st.integers(1, 3)), experts)).astype(float)
+    kind = draw(st.sampled_from(["same", "related", "unrelated"]))
+    if kind == "same":
+        work = np.repeat(base[:, :, None], chiplets, axis=2)
+    elif kind == "related":
+        speeds = rng.integers(1, 4, chiplets).astype(float)
+        work = base[:, :, None] / speeds
+    else:
+        work = base[:, :, None] * rng.integers(1, 4, (1, experts, chiplets))
+    return work, resident
+
+
+@given(routing_cases())
+def test_cut_formula_equals_the_routing_lp(case):
+    work, resident = case
+    expected = [_makespan_lp(w, resident) for w in work]
+    assert layer_makespans(work, resident).tolist() == pytest.approx(expected, rel=1e-7, abs=1e-9)
+
+
+@given(routing_cases())
+def test_mean_of_scenarios_is_at_least_the_mean_load_makespan(case):
+    # z* is convex in the work vector (Jensen): the reason the mean-load bound still holds
+    work, resident = case
+    assert layer_makespans(work, resident).mean() >= _makespan_lp(work.mean(axis=0), resident) - TOL
+
+
+def test_speeds_are_detected_only_when_chiplets_are_related():
+    base = np.array([[[2.0], [4.0]]])
+    assert related_speeds(base / np.array([1.0, 2.0])).tolist() == pytest.approx([1.0, 2.0])
+    unrelated = np.array([[[2.0, 1.0], [4.0, 4.0]]])
+    assert related_speeds(unrelated) is None
+    assert not enumerable(unrelated[None])
+
+
+# ------------------------------------------------------ the scenario objective
+
+
+def test_scenario_objective_by_hand():
+    # one layer, experts 0 and 1, two chiplets with one page each and one spare, 2 scenarios:
+    # s0: expert 0 works 4, expert 1 works 0; s1: the reverse. On the mean load (2, 2) one copy
+    # each is perfect (makespan 2), but each scenario then has makespan 4: mean 4. With a
+    # second replica of expert 0, s0 splits (2) while s1 still has 4: mean 3.
+    p = scenario_problem([[[4.0, 0.0]], [[0.0, 4.0]]], capacity=[2, 1], miss=[[100.0, 100.0]], batches=10)
+    one_each = Placement(np.array([[[True, False], [False, True]]]))
+    assert evaluate(p, one_each).balance_ms == pytest.approx(10 * 4.0)
+    two_of_0 = Placement(np.array([[[True, True], [True, False]]]))
+    assert evaluate(p, two_of_0).balance_ms == pytest.approx(10 * 3.0)
+    best = solve(p, "milp")
+    assert best.objective == pytest.approx(30.0)
+    assert best.solution.replicas()[0].tolist() in ([2, 1], [1, 2])
+
+
+def test_scenario_nop_is_the_nearest_replica():
+    p = scenario_problem([[[1.0, 1.0]]], capacity=[2, 2], tokens=[[3.0, 1.0]], nop=[0.5, 2.0])
+    placement = Placement(np.array([[[True, True], [False, True]]]))
+    assert evaluate(p, placement).nop_ms == pytest.approx(3 * 0.5 + 1 * 2.0)
+
+
+# ---------------------------------------------------------- the local search
+
+
+@st.composite
+def scenario_problems(draw):
+    experts = draw(st.integers(2, 3))
+    chiplets = draw(st.integers(2, 3))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    capacity = rng.integers(1, 3, chiplets)
+    all_resident = draw(st.booleans()) and capacity.sum() >= experts
+    previous = np.zeros((1, experts, chiplets), dtype=bool)
+    for c in range(chiplets):
+        previous[0, rng.permutation(experts)[: capacity[c]], c] = True
+    if all_resident:
+        previous[0, :, :] = False
+        order = rng.permutation([c for c in range(chiplets) for _ in range(capacity[c])])
+        for e in range(experts):
+            previous[0, e, order[e]] = True
+    leased = previous & (rng.random(previous.shape) < 0.3) if draw(st.booleans()) else None
+    return scenario_problem(
+        rng.integers(0, 6, (draw(st.integers(1, 4)), 1, experts)),
+        capacity,
+        miss=rng.integers(0, 4, (1, experts)),
+        tokens=rng.integers(0, 4, (1, experts)),
+        nop=rng.random(chiplets) * 0.2,
+        copy_ms=float(draw(st.integers(0, 2))),
+        previous=previous,
+        leased=leased,
+        max_replicas=draw(st.integers(int(previous.sum(axis=2).max()), chiplets)),
+        all_resident=all_resident,
+        batches=draw(st.integers(1, 3)),
+    )
+
+
+def brute_force(p: ResidencyProblem) -> float:
+    """The exact optimum of a one-layer problem over every replica map."""
+    shape = (p.layers, p.experts, p.chiplets)
+    best = float("inf")
+    for bits in itertools.product([False, True], repeat=int(np.prod(shape))):
+        placement = Placement(np.array(bits).reshape(shape))
+        if check_feasible(p, placement):
+            continue
+        if p.all_resident and not placement.resident.any(axis=2).all():
+            continue
+        best = min(best, evaluate(p, placement).total)
+    return best
+
+
+@given(scenario_problems())
+def test_search_keeps_every_limit_and_never_raises_the_objective(p):
+    start = p.previous
+    found = refine(p, start)
+    assert not check_feasible(p, found)
+    if p.all_resident:
+        assert found.resident.any(axis=2).all()
+    assert (found.pages_per_chiplet() == start.pages_per_chiplet()).all()
+    assert evaluate(p, found).total <= evaluate(p, start).total + TOL
+    assert np.array_equal(refine(p, start).resident, found.resident)  # deterministic
+
+
+@given(scenario_problems())
+def test_scenario_milp_bound_holds_and_beats_heuristics(p):
+    exact = brute_force(p)
+    milp = solve(p, "milp", mip_gap=0.0)
+    scale = max(1.0, exact)
+    assert milp.bound <= exact + TOL * scale  # Jensen: the mean-load relaxation still bounds
+    assert milp.objective >= exact - TOL * scale
+    assert not check_feasible(p, milp.solution)
+    assert evaluate(p, milp.solution).total == pytest.approx(milp.objective, rel=1e-9, abs=1e-9)
+    for name in HEURISTICS:
+        if name == "eplb" and p.leased is not None and p.leased.any():
+            continue
+        assert milp.objective <= solve(p, name).objective + TOL * scale, name
+
+
+def test_search_spreads_a_bursty_experts_replicas():
+    # 4 experts on 2 chiplets with 3 pages each: two spare pages. Expert 0 bursts (8) in one
+    # scenario, expert 1 in the other. Giving both a second replica makes every scenario even.
+    work = [[[8.0, 0.0, 1.0, 1.0]], [[0.0, 8.0, 1.0, 1.0]]]
+    start = np.array([[[True, False], [False, True], [True, True], [True, True]]])
+    p = scenario_problem(work, capacity=[3, 3], all_resident=True, moves=400)
+    before = evaluate(p, Placement(start)).balance_ms
+    found = refine(p, Placement(start))
+    assert found.replicas()[0, :2].tolist() == [2, 2]
+    assert before == pytest.approx(8.0)
+    assert evaluate(p, found).balance_ms == pytest.approx(5.0)
+
+
+# ------------------------------------------------------------ from a trace
+
+
+def test_scenarios_are_the_sampled_micro_batches():
+    assert sample_scenarios(10, 20).tolist() == list(range(10))
+    assert sample_scenarios(100, 4).tolist() == [12, 37, 62, 87]
+    instance = with_overrides(load_instance("instances/paper-baseline.toml"), {"policy.balance_scenarios": 4})
+    window = instance_batches(instance).window(0, 100)
+    demand = window_demand(window, instance.policy)
+    assert demand.scenario_tokens.shape == (4, 32, 64)
+    counts = np.bincount(window.experts[12, :, 3].ravel(), minlength=64)
+    assert demand.scenario_tokens[0, 3].tolist() == counts.tolist()
+    problem = residency_problem(instance, demand)
+    assert problem.scenarios == 4
+    # a scenario's work: one page read per used expert plus its tokens' FLOPs
+    read_ms = instance.model.page_gb / instance.hardware.local_bandwidth_gb_s[0] * 1e3
+    flop_ms = instance.model.gflop_per_token / instance.hardware.peak_tflops[0]
+    used = counts > 0
+    assert problem.scenario_work_ms[0, 3, :, 0] == pytest.approx(used * read_ms + counts * flop_ms)
+    plain = dataclasses.replace(instance.policy, balance_scenarios=0)
+    assert window_demand(window, plain).scenario_tokens is None
