@@ -19,7 +19,7 @@ from comoe_opt.instance import load_instance
 from comoe_opt.simulate.evaluate import eval_run, run_many
 
 ROOT = Path(__file__).resolve().parent.parent
-STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")
+STRATEGIES = ("static", "hot", "transition", "comoe", "eplb", "eplb-flow")
 
 
 def main(argv: list[str] | None = None) -> int:

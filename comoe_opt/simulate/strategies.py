@@ -86,6 +86,16 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         label="EPLB-style",
     ),
+    # a peer that separates placement from routing: EPLB's placement, routed by the min-cost flow
+    "eplb-flow": Strategy(
+        "eplb-flow",
+        residency="eplb",
+        replan=True,
+        prefetch="none",
+        mapping="flow",
+        terms=NO_PREFETCH_TERM,
+        label="EPLB + flow routing",
+    ),
     # Table 5: CoMoE with one mechanism off
     "no-transitions": dataclasses.replace(
         COMOE,
