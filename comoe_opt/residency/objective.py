@@ -1,15 +1,15 @@
 """The slow-loop objective of a placement, evaluated exactly.
 
-For a fixed placement, the best token shares of each layer are a small LP:
+For a fixed placement, the best token shares of each layer are a small LP
+(shares.py):
 
     min  z_l + Σ_{e,c} nop_c · λ_le · s_lec
     s.t. Σ_c s_lec = 1                    for every expert with demand
          s_lec = 0 unless c holds (l, e)  (an expert with no replica may run anywhere)
          Σ_e work_lec · s_lec <= z_l      for every chiplet c
 
-solved with HiGHS (through SciPy's `linprog`). The window objective adds the
-on-demand loads of non-resident experts and the copies from the previous
-placement:
+The window objective adds the on-demand loads of non-resident experts and
+the copies from the previous placement:
 
     J = W · Σ_l (z_l + nop_l + Σ_e miss_le · [no replica]) + copy_ms · pages copied
 
@@ -26,13 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.scenarios import layer_makespans
+from comoe_opt.residency.shares import share_lp
 
 
 @dataclass(frozen=True)
@@ -142,34 +141,7 @@ def layer_shares(
     """(z_l, nop_l, shares [E, C]) of one layer for the replica map `resident` [E, C]."""
     work = problem.work_ms[layer]
     tokens = problem.tokens[layer]
-    nop = problem.nop_ms_per_token
-    experts, chiplets = resident.shape
     active = np.flatnonzero((tokens > 0) | (work.sum(axis=1) > 0))
-    shares = np.zeros((experts, chiplets))
-    if active.size == 0:
-        return 0.0, 0.0, shares
-    allowed = resident[active] | ~resident[active].any(axis=1, keepdims=True)
-    e_idx, c_idx = np.nonzero(allowed)
-    n = e_idx.size
-    # columns: s for each allowed (expert, chiplet) pair, then z
-    cost = np.concatenate((nop[c_idx] * tokens[active][e_idx], [1.0]))
-    a_eq = sp.csr_matrix((np.ones(n), (e_idx, np.arange(n))), shape=(active.size, n + 1))
-    rows = np.concatenate((c_idx, np.arange(chiplets)))
-    cols = np.concatenate((np.arange(n), np.full(chiplets, n)))
-    vals = np.concatenate((work[active][e_idx, c_idx], -np.ones(chiplets)))
-    a_ub = sp.csr_matrix((vals, (rows, cols)), shape=(chiplets, n + 1))
-    res = linprog(
-        cost,
-        A_ub=a_ub,
-        b_ub=np.zeros(chiplets),
-        A_eq=a_eq,
-        b_eq=np.ones(active.size),
-        bounds=(0, None),
-        method="highs",
-    )
-    if res.status != 0:
-        raise RuntimeError(f"share LP of layer {layer} failed: {res.message}")
-    s = res.x[:n]
-    shares[active[e_idx], c_idx] = s
-    z = float(res.x[n])
-    return z, float(res.fun - z), shares
+    cost = tokens[:, None] * problem.nop_ms_per_token[None, :]
+    z, total, shares = share_lp(work, resident, cost, active)
+    return z, total - z, shares

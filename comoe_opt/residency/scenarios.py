@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
+
+from comoe_opt.residency.shares import share_lp
 
 MAX_ENUMERATED_CHIPLETS = 12
 
@@ -100,24 +100,5 @@ def masks_of(resident: np.ndarray) -> np.ndarray:
 
 
 def _makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
-    """min z s.t. every expert's work is split over its replicas, each chiplet's share ≤ z."""
-    active = np.flatnonzero(work.sum(axis=1) > 0)
-    if active.size == 0:
-        return 0.0
-    chiplets = resident.shape[1]
-    allowed = resident[active] | ~resident[active].any(axis=1, keepdims=True)
-    e_idx, c_idx = np.nonzero(allowed)
-    n = e_idx.size
-    cost = np.zeros(n + 1)
-    cost[n] = 1.0
-    a_eq = sp.csr_matrix((np.ones(n), (e_idx, np.arange(n))), shape=(active.size, n + 1))
-    rows = np.concatenate((c_idx, np.arange(chiplets)))
-    cols = np.concatenate((np.arange(n), np.full(chiplets, n)))
-    vals = np.concatenate((work[active][e_idx, c_idx], -np.ones(chiplets)))
-    a_ub = sp.csr_matrix((vals, (rows, cols)), shape=(chiplets, n + 1))
-    res = linprog(
-        cost, A_ub=a_ub, b_ub=np.zeros(chiplets), A_eq=a_eq, b_eq=np.ones(active.size), method="highs"
-    )
-    if res.status != 0:
-        raise RuntimeError(f"scenario makespan LP failed: {res.message}")
-    return float(res.x[n])
+    """The share LP without NoP: every expert's work split over its replicas, each chiplet ≤ z."""
+    return share_lp(work, resident)[0]
