@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
 from hypothesis import HealthCheck, settings
 
 from comoe_opt.cli import main
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "instances" / "paper-baseline.toml"
@@ -150,3 +153,43 @@ def gptoss_stats(gptoss_trace):
     from comoe_opt.trace import trace_stats
 
     return trace_stats(gptoss_trace)
+
+
+def make_problem(
+    miss,
+    work,
+    capacity,
+    *,
+    tokens=None,
+    nop=None,
+    copy_ms=0.0,
+    batches=1,
+    previous=None,
+    leased=None,
+    budget=None,
+    max_replicas=None,
+    tenants=(),
+    all_resident=False,
+) -> ResidencyProblem:
+    """A slow-loop problem from plain lists (work [L, E] is the same on every chiplet)."""
+    miss = np.asarray(miss, dtype=float)
+    work = np.asarray(work, dtype=float)
+    if work.ndim == 2:  # same work on every chiplet
+        work = np.repeat(work[:, :, None], len(capacity), axis=2)
+    capacity = np.asarray(capacity, dtype=np.int64)
+    return ResidencyProblem(
+        miss_ms=miss,
+        work_ms=work,
+        tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
+        peak_tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
+        nop_ms_per_token=np.zeros(capacity.size) if nop is None else np.asarray(nop, dtype=float),
+        capacity_pages=capacity,
+        budget_pages=int(capacity.sum()) if budget is None else budget,
+        max_replicas=capacity.size if max_replicas is None else max_replicas,
+        copy_ms=copy_ms,
+        batches=batches,
+        previous=None if previous is None else Placement(np.asarray(previous, dtype=bool)),
+        leased=None if leased is None else np.asarray(leased, dtype=bool),
+        tenants=tenants,
+        all_resident=all_resident,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import make_problem as problem
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -14,52 +15,13 @@ from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.models import build_replica_model
 from comoe_opt.residency.objective import check_feasible, evaluate
 from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
+from comoe_opt.residency.problem import Tenant, residency_problem
 from comoe_opt.residency.rolling import rolling_horizon
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import Status
 from comoe_opt.trace import instance_batches
 
 TOL = 1e-6
-
-
-def problem(
-    miss,
-    work,
-    capacity,
-    *,
-    tokens=None,
-    nop=None,
-    copy_ms=0.0,
-    batches=1,
-    previous=None,
-    leased=None,
-    budget=None,
-    max_replicas=None,
-    tenants=(),
-    all_resident=False,
-) -> ResidencyProblem:
-    miss = np.asarray(miss, dtype=float)
-    work = np.asarray(work, dtype=float)
-    if work.ndim == 2:  # same work on every chiplet
-        work = np.repeat(work[:, :, None], len(capacity), axis=2)
-    capacity = np.asarray(capacity, dtype=np.int64)
-    return ResidencyProblem(
-        miss_ms=miss,
-        work_ms=work,
-        tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
-        peak_tokens=np.ones_like(miss) if tokens is None else np.asarray(tokens, dtype=float),
-        nop_ms_per_token=np.zeros(capacity.size) if nop is None else np.asarray(nop, dtype=float),
-        capacity_pages=capacity,
-        budget_pages=int(capacity.sum()) if budget is None else budget,
-        max_replicas=capacity.size if max_replicas is None else max_replicas,
-        copy_ms=copy_ms,
-        batches=batches,
-        previous=None if previous is None else Placement(np.asarray(previous, dtype=bool)),
-        leased=None if leased is None else np.asarray(leased, dtype=bool),
-        tenants=tenants,
-        all_resident=all_resident,
-    )
 
 
 # ------------------------------------------------------------ hand-checked

@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
+from conftest import make_problem
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -46,27 +47,23 @@ def scenario_problem(
     batches=1,
 ) -> ResidencyProblem:
     """A problem whose balance is scored on `scenario_work` [S, L, E] (same on every chiplet)."""
-    s_work = np.asarray(scenario_work, dtype=float)
-    capacity = np.asarray(capacity, dtype=np.int64)
-    s_work = np.repeat(s_work[..., None], capacity.size, axis=-1)
-    _, layers, experts, chiplets = s_work.shape
-    zeros = np.zeros((layers, experts))
-    return ResidencyProblem(
-        miss_ms=zeros if miss is None else np.asarray(miss, dtype=float),
-        work_ms=s_work.mean(axis=0),
-        tokens=np.ones_like(zeros) if tokens is None else np.asarray(tokens, dtype=float),
-        peak_tokens=np.ones_like(zeros),
-        nop_ms_per_token=np.zeros(chiplets) if nop is None else np.asarray(nop, dtype=float),
-        capacity_pages=capacity,
-        budget_pages=int(capacity.sum()),
-        max_replicas=chiplets if max_replicas is None else max_replicas,
+    s_work = np.repeat(np.asarray(scenario_work, dtype=float)[..., None], len(capacity), axis=-1)
+    zeros = np.zeros(s_work.shape[1:3])
+    base = make_problem(
+        miss=zeros if miss is None else miss,
+        work=s_work.mean(axis=0),
+        capacity=capacity,
+        tokens=tokens,
+        nop=nop,
         copy_ms=copy_ms,
         batches=batches,
-        previous=None if previous is None else Placement(np.asarray(previous, dtype=bool)),
-        leased=None if leased is None else np.asarray(leased, dtype=bool),
+        previous=previous,
+        leased=leased,
+        max_replicas=max_replicas,
         all_resident=all_resident,
-        scenario_work_ms=s_work,
-        search_moves=moves,
+    )
+    return dataclasses.replace(
+        base, peak_tokens=np.ones_like(zeros), scenario_work_ms=s_work, search_moves=moves
     )
 
 
