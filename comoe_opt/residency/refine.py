@@ -79,8 +79,8 @@ class _LayerSearch:
         owns = [t.owns[layer] for t in problem.tenants]
         self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, experts), dtype=np.int64)
         self.in_sets = self.work @ table.inside(self.masks)  # [S, sets]
-        experts = sum(self._expert(e, self.masks[e]) for e in range(len(self.masks)))
-        self.value = self._balance(self.in_sets) + experts
+        per_expert = sum(self._expert(e, self.masks[e]) for e in range(experts))
+        self.value = self._balance(self.in_sets) + per_expert
         self.slot_e, self.slot_c = (a.astype(np.int64) for a in np.nonzero(resident))
         demand = (problem.tokens[layer] > 0) | (problem.miss_ms[layer] > 0)
         self.candidates = np.flatnonzero(demand)
