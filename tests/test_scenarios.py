@@ -258,3 +258,17 @@ def test_scenarios_are_the_sampled_micro_batches():
     assert problem.scenario_work_ms[0, 3, :, 0] == pytest.approx(used * read_ms + counts * flop_ms)
     plain = dataclasses.replace(instance.policy, balance_scenarios=0)
     assert window_demand(window, plain).scenario_tokens is None
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+def test_cli_solve_with_scenarios(table, write_toml, cli):
+    table["hardware"]["capacity_gb"] = 8  # 32 pages for 24 experts: room for replicas
+    instance = write_toml(table)
+    report = cli("solve", instance, "--scenarios", "3", "--json").json()
+    assert report["balance_scenarios"] == 3
+    assert report["bound"] <= report["objective"] + 1e-9
+    greedy = cli("solve", instance, "--scenarios", "3", "--method", "greedy", "--json").json()
+    assert report["objective"] <= greedy["objective"] + 1e-9  # scored alike, on the scenarios
+    cli("solve", instance, "--scenarios", "-1").assert_user_error("--scenarios")
