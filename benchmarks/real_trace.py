@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        name = r.get("variant", r["label"])
         lines.append(
-            f"| {r.get('variant', r['label'])} | {r['mean_ms']:.4f} | {r['p95_ms']:.4f} | {r['token_imbalance_p95']:.3f}"
+            f"| {name} | {r['mean_ms']:.4f} | {r['p95_ms']:.4f} | {r['token_imbalance_p95']:.3f}"
             f" | {r['token_imbalance_mean']:.3f} | {r['balance']:.3f} | {r['replica_factor']:.2f}"
             f" | {r['pages_migrated']} |"
         )
