@@ -215,3 +215,26 @@ def test_more_bandwidth_never_slows_static():
     slow = evaluate_strategy(with_overrides(instance, {"hardware.d2d_bandwidth_gb_s": 128.0}), "static", 40)
     fast = evaluate_strategy(with_overrides(instance, {"hardware.d2d_bandwidth_gb_s": 2048.0}), "static", 40)
     assert fast["mean_ms"] <= slow["mean_ms"]
+
+
+def test_cli_evaluate_with_overrides(table, write_toml, cli):
+    instance = write_toml(table)
+    out = cli("evaluate", instance, "--strategies", "static", "--jobs", "1", "--json").json()
+    slow = cli(
+        "evaluate",
+        instance,
+        "--strategies",
+        "static",
+        "--jobs",
+        "1",
+        "--json",
+        "--set",
+        "hardware.d2d_bandwidth_gb_s=5",
+        "--set",
+        "trace.micro_batches=8",
+    ).json()
+    assert out["results"][0]["micro_batches"] == 12 and slow["results"][0]["micro_batches"] == 8
+    assert slow["results"][0]["mean_ms"] > out["results"][0]["mean_ms"]  # slower page loads
+    cli("evaluate", instance, "--set", "policy.nope=1").assert_user_error("policy.nope", "unknown key")
+    cli("evaluate", instance, "--set", "nope").assert_user_error("SECTION.KEY=VALUE")
+    cli("evaluate", instance, "--set", "policy.balance_scenarios=-1").assert_user_error("balance_scenarios")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from comoe_opt.errors import ComoeError
-from comoe_opt.instance import load_instance
-from comoe_opt.simulate.evaluate import eval_run, run_many
+from comoe_opt.instance import Instance, load_instance
+from comoe_opt.simulate.evaluate import eval_run, run_many, with_overrides
 from comoe_opt.simulate.paper import PaperSettings, run_paper
 from comoe_opt.simulate.strategies import STRATEGIES, TABLE4
 
@@ -33,6 +34,13 @@ def register(verbs: Any, add_verb: Any) -> None:
     ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")
     ev.add_argument("--micro-batches", type=int, default=0, help="use the first N micro-batches (0 = all)")
     ev.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ev.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override an instance value (TOML syntax), e.g. policy.balance_scenarios=32; repeatable",
+    )
     paper = add_verb(verbs, "paper", "reproduce the paper's Tables 4-5 and Figures 4-7", cmd_paper)
     paper.add_argument("instance", type=Path, nargs="?", default=Path("instances/paper-baseline.toml"))
     paper.add_argument("--out", type=Path, default=Path("out/paper"), help="folder for CSVs, PNGs, tables")
@@ -42,7 +50,7 @@ def register(verbs: Any, add_verb: Any) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    instance = load_instance(args.instance)
+    instance = apply_settings(load_instance(args.instance), args.set)
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
@@ -51,6 +59,27 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         raise ComoeError("--jobs must be at least 1")
     rows = run_many([eval_run(instance, s, args.micro_batches) for s in names], args.jobs)
     return {"instance": instance.name, "results": rows, "_text": format_rows(instance.name, rows)}
+
+
+def apply_settings(instance: Instance, settings: list[str]) -> Instance:
+    """The instance with `--set SECTION.KEY=VALUE` overrides, validated like the file itself."""
+    if not settings:
+        return instance
+    overrides = {}
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or "." not in key:
+            raise ComoeError(f"--set {item!r}: expected SECTION.KEY=VALUE, e.g. policy.balance_scenarios=32")
+        overrides[key.strip()] = _toml_value(text.strip())
+    return with_overrides(instance, overrides)
+
+
+def _toml_value(text: str) -> Any:
+    """A TOML value (number, boolean, array, quoted string); anything else is a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
 
 
 def cmd_paper(args: argparse.Namespace) -> dict[str, Any]:
