@@ -256,6 +256,8 @@ def test_scenarios_are_the_sampled_micro_batches():
     flop_ms = instance.model.gflop_per_token / instance.hardware.peak_tflops[0]
     used = counts > 0
     assert problem.scenario_work_ms[0, 3, :, 0] == pytest.approx(used * read_ms + counts * flop_ms)
+    # 4 of 100 micro-batches: the mean load the bound uses is theirs, or Jensen would not hold
+    assert np.allclose(problem.work_ms, problem.scenario_work_ms.mean(axis=0))
     plain = dataclasses.replace(instance.policy, balance_scenarios=0)
     assert window_demand(window, plain).scenario_tokens is None
 

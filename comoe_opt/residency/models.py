@@ -30,12 +30,26 @@ def useful_replicas(problem: ResidencyProblem) -> np.ndarray:
     """
     piece = problem.work_ms.min(axis=2)
     floor = piece.sum(axis=1, keepdims=True) / problem.chiplets
-    with np.errstate(divide="ignore", invalid="ignore"):
-        need = np.where(floor > 0, np.ceil(piece / np.maximum(floor, 1e-300) - 1e-9), 1)
+    need = _replicas_to_floor(piece, floor)
+    if problem.scenarios:  # a burst may need more replicas than the mean load (scenario cuts)
+        s_piece, s_floor = scenario_floors(problem)
+        need = np.maximum(need, _replicas_to_floor(s_piece, s_floor[..., None]).max(axis=0))
     useful = np.clip(need, 1, problem.max_replicas).astype(np.int64)
     demand = (problem.tokens > 0) | (problem.miss_ms > 0) | (piece > 0)
     useful = np.where(demand | problem.all_resident, useful, 0)
     return np.maximum(useful, problem.leased_replicas())
+
+
+def _replicas_to_floor(piece: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Replicas that bring a work `piece` down to the `floor` (1 where the floor is 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(floor > 0, np.ceil(piece / np.maximum(floor, 1e-300) - 1e-9), 1)
+
+
+def scenario_floors(problem: ResidencyProblem) -> tuple[np.ndarray, np.ndarray]:
+    """Per scenario: each expert's least work [S, L, E] and the layer's even split [S, L]."""
+    piece = problem.scenario_work_ms.min(axis=3)
+    return piece, piece.sum(axis=2) / problem.chiplets
 
 
 def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
@@ -66,6 +80,8 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         pyo.Set(initialize=heavy, dimen=2),
         rule=lambda m, l, e: m.z[l] >= sum(piece[l, e] / j * m.w[l, e, j] for j in _js(jmax, l, e)),
     )
+    if problem.scenarios:
+        _scenario_cuts(m, problem, jmax)
     pages = sum(replicas(m, l, e) for l, e in m.LE)
     if len(m.LE):  # with no expert worth a page, there is nothing to limit
         m.capacity = pyo.Constraint(expr=pages <= problem.page_limit)
@@ -91,6 +107,26 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
     m.obj = pyo.Objective(expr=W * (sum(m.z[l] for l in m.L) + miss + nop_floor) + copies, sense=pyo.minimize)
     m.jmax = jmax  # kept for reading the solution
     return m
+
+
+def _scenario_cuts(m: pyo.ConcreteModel, problem: ResidencyProblem, jmax: np.ndarray) -> None:
+    """z_l ≥ mean_s z_ls, with z_ls ≥ the scenario's even split and ≥ min_c ω_lse / j.
+
+    Valid because each scenario's best-routing makespan obeys the same two
+    cuts as the mean load; `useful_replicas` caps j only where ω_lse / j is
+    below the scenario floor anyway.
+    """
+    piece, floor = scenario_floors(problem)
+    scenarios = range(problem.scenarios)
+    m.zs = pyo.Var(m.L, scenarios, bounds=lambda _, l, s: (float(floor[s, l]), None))
+    heavy = [(l, s, e) for l, e in m.LE for s in scenarios if piece[s, l, e] > floor[s, l] * (1 + 1e-9)]
+    m.scenario_makespan = pyo.Constraint(
+        pyo.Set(initialize=heavy, dimen=3),
+        rule=lambda m, l, s, e: m.zs[l, s] >= sum(piece[s, l, e] / j * m.w[l, e, j] for j in _js(jmax, l, e)),
+    )
+    m.scenario_mean = pyo.Constraint(
+        m.L, rule=lambda m, l: m.z[l] >= sum(m.zs[l, s] for s in scenarios) / problem.scenarios
+    )
 
 
 def _js(jmax: np.ndarray, l: int, e: int) -> range:
@@ -121,10 +157,17 @@ def set_replica_counts(m: pyo.ConcreteModel, problem: ResidencyProblem, counts: 
     for (l, e, j), var in m.w.items():
         var.set_value(1.0 if counts[l, e] == j else 0.0)
     piece = problem.work_ms.min(axis=2)
+    share = np.where(counts > 0, 1.0 / np.maximum(counts, 1), 0.0)
+    zs = None
+    if hasattr(m, "zs"):
+        s_piece, s_floor = scenario_floors(problem)
+        zs = np.maximum(s_floor, (s_piece * share[None]).max(axis=2))  # [S, L]
+        for (l, s), var in m.zs.items():
+            var.set_value(float(zs[s, l]))
     for l in m.L:
-        z = m.z[l].lb
-        for e in np.flatnonzero(counts[l] > 0):
-            z = max(z, piece[l, e] / counts[l, e])
+        z = max(m.z[l].lb, float((piece[l] * share[l]).max(initial=0.0)))
+        if zs is not None:
+            z = max(z, float(zs[:, l].mean()))
         m.z[l].set_value(z)
     if hasattr(m, "new"):
         prev = problem.previous_replicas()

@@ -154,6 +154,8 @@ def residency_problem(
     if demand.scenario_tokens is not None and "balance" in terms:
         s = demand.scenario_tokens[..., None]
         scenario_work = (s > 0) * per_use + s * per_token
+        # the mean load is the scenarios' mean, so that its bound holds for them (Jensen)
+        work = scenario_work.mean(axis=0)
     capacity = np.floor(np.asarray(hw.capacity_gb) / model.page_gb + 1e-9).astype(np.int64)
     budget = policy.replica_budget_pages or int(capacity.sum())
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
