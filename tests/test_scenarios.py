@@ -16,7 +16,7 @@ from comoe_opt.residency.demand import sample_scenarios, window_demand
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.objective import check_feasible, evaluate
 from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, residency_problem
+from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
 from comoe_opt.residency.refine import refine
 from comoe_opt.residency.scenarios import (
     _makespan_lp,
@@ -43,6 +43,7 @@ def scenario_problem(
     leased=None,
     max_replicas=None,
     all_resident=False,
+    tenants=(),
     moves=200,
     batches=1,
 ) -> ResidencyProblem:
@@ -61,6 +62,7 @@ def scenario_problem(
         leased=leased,
         max_replicas=max_replicas,
         all_resident=all_resident,
+        tenants=tenants,
     )
     return dataclasses.replace(
         base, peak_tokens=np.ones_like(zeros), scenario_work_ms=s_work, search_moves=moves
@@ -168,6 +170,10 @@ def scenario_problems(draw):
         for e in range(experts):
             previous[0, e, order[e]] = True
     leased = previous & (rng.random(previous.shape) < 0.3) if draw(st.booleans()) else None
+    tenants = ()
+    if draw(st.booleans()):  # a tenant at its quota: the search may not give it one more page
+        owns = rng.random((1, experts)) < 0.5
+        tenants = (Tenant("t", owns, int(previous[owns].sum())),)
     return scenario_problem(
         rng.integers(0, 6, (draw(st.integers(1, 4)), 1, experts)),
         capacity,
@@ -179,6 +185,7 @@ def scenario_problems(draw):
         leased=leased,
         max_replicas=draw(st.integers(int(previous.sum(axis=2).max()), chiplets)),
         all_resident=all_resident,
+        tenants=tenants,
         batches=draw(st.integers(1, 3)),
     )
 

@@ -208,11 +208,17 @@ def _floor_replicas(problem: ResidencyProblem) -> np.ndarray:
 
 
 def _respect_quotas(problem: ResidencyProblem, counts: np.ndarray) -> np.ndarray:
-    """Drop the lightest replicas of a tenant over its quota."""
+    """Drop the lightest replicas of a tenant over its quota, never below an expert's floor
+    (its leased replicas; one replica when every expert must stay resident)."""
     counts = counts.copy()
+    floor = problem.leased_replicas()
+    if problem.all_resident:
+        floor = np.maximum(floor, 1)
     for tenant in problem.tenants:
         while int(counts[tenant.owns].sum()) > tenant.max_pages:
-            owned = np.argwhere(tenant.owns & (counts > 0))
+            owned = np.argwhere(tenant.owns & (counts > floor))
+            if owned.size == 0:
+                break  # the floor alone exceeds the quota: check_feasibility rejects such problems
             per = problem.tokens[owned[:, 0], owned[:, 1]] / counts[owned[:, 0], owned[:, 1]]
             layer, e = owned[np.argmin(per)]
             counts[layer, e] -= 1

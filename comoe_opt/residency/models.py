@@ -94,9 +94,9 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         m.T = pyo.RangeSet(0, len(problem.tenants) - 1)
         m.quota = pyo.Constraint(
             m.T,
-            rule=lambda m, t: (
-                sum(replicas(m, l, e) for l, e in m.LE if problem.tenants[t].owns[l, e])
-                <= problem.tenants[t].max_pages
+            rule=lambda m, t: _at_most(
+                [replicas(m, l, e) for l, e in m.LE if problem.tenants[t].owns[l, e]],
+                problem.tenants[t].max_pages,
             ),
         )
     copies = _copies(m, problem, jmax, replicas)
@@ -127,6 +127,11 @@ def _scenario_cuts(m: pyo.ConcreteModel, problem: ResidencyProblem, jmax: np.nda
     m.scenario_mean = pyo.Constraint(
         m.L, rule=lambda m, l: m.z[l] >= sum(m.zs[l, s] for s in scenarios) / problem.scenarios
     )
+
+
+def _at_most(terms: list, limit: int) -> object:
+    """`sum(terms) <= limit`, or no constraint when there are no terms (a tenant with no pages to place)."""
+    return sum(terms) <= limit if terms else pyo.Constraint.Skip
 
 
 def _js(jmax: np.ndarray, l: int, e: int) -> range:
@@ -214,13 +219,13 @@ def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         m.T = pyo.RangeSet(0, len(problem.tenants) - 1)
         m.quota = pyo.Constraint(
             m.T,
-            rule=lambda m, t: (
-                sum(
+            rule=lambda m, t: _at_most(
+                [
                     m.x[l, e, c]
                     for l, e in zip(*np.nonzero(problem.tenants[t].owns), strict=True)
                     for c in m.C
-                )
-                <= problem.tenants[t].max_pages
+                ],
+                problem.tenants[t].max_pages,
             ),
         )
     prev = problem.previous.resident if problem.previous is not None else np.zeros((L, E, C), dtype=bool)

@@ -79,6 +79,8 @@ def check_feasible(problem: ResidencyProblem, placement: Placement) -> list[str]
         problems.append(f"an expert has more than {problem.max_replicas} replicas")
     if problem.leased is not None and np.any(problem.leased & ~placement.resident):
         problems.append("a leased replica was evicted")
+    if problem.all_resident and not placement.resident.any(axis=2).all():
+        problems.append("an expert has no replica but every expert must stay resident")
     for tenant in problem.tenants:
         pages = int(placement.resident[tenant.owns].sum())
         if pages > tenant.max_pages:
