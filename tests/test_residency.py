@@ -113,6 +113,10 @@ def small_problems(draw):
         for l, e in held[capacity[c] :]:
             previous[l, e, c] = False
     leased = previous & (rng.random(previous.shape) < 0.5) if draw(st.booleans()) else None
+    tenants = ()
+    if draw(st.booleans()):  # a tenant whose quota is what it holds now
+        owns = rng.random((layers, experts)) < 0.5
+        tenants = (Tenant("t", owns, int(previous[owns].sum())),)
     return problem(
         miss=np.array(miss, dtype=float).reshape(layers, experts),
         work=np.array(work, dtype=float).reshape(layers, experts) / 2,
@@ -125,6 +129,7 @@ def small_problems(draw):
         leased=leased,
         budget=draw(st.one_of(st.none(), st.integers(0, sum(capacity)))) if leased is None else None,
         max_replicas=draw(st.integers(1, chiplets)) if leased is None else None,
+        tenants=tenants,
     )
 
 
