@@ -293,3 +293,14 @@ def test_spare_pages_take_replicas_without_raising_the_objective():
         previous=base.resident,
     )  # fmt: skip
     assert fill_spare(priced, base).pages == base.pages
+
+
+def test_hot_counts_leased_replicas_against_its_pages():
+    # 5 pages for 4 experts that must all stay resident; expert 0's two leased replicas already
+    # use the one page `hot` would spend on an extra replica, so there is none left to add.
+    leased = np.zeros((1, 4, 2), dtype=bool)
+    leased[0, 0, :] = True
+    p = problem(miss=[[1, 1, 1, 1]], work=[[4, 3, 2, 1]], capacity=[3, 2], leased=leased, all_resident=True)
+    placement = HEURISTICS["hot"](p)
+    assert not check_feasible(p, placement)
+    assert placement.replicas()[0].tolist() == [2, 1, 1, 1]

@@ -43,6 +43,7 @@ def hot(problem: ResidencyProblem) -> Placement:
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     order = _popularity(problem)
     _fill_first_replicas(problem, counts, order, limit - extra)
+    extra = min(extra, limit - int(counts.sum()))  # leased replicas may already use some of it
     quota = _QuotaTracker(problem, counts)
     for flat in order:
         if extra == 0:
