@@ -29,7 +29,7 @@ from comoe_opt.residency.demand import window_demand
 from comoe_opt.residency.objective import evaluate
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
 from comoe_opt.residency.refine import refine
-from comoe_opt.residency.scenarios import _makespan_lp, layer_makespans
+from comoe_opt.residency.scenarios import layer_makespans, makespan_lp
 from comoe_opt.residency.solve import solve_heuristic
 from comoe_opt.simulate.evaluate import with_overrides
 from comoe_opt.trace import instance_batches
@@ -70,7 +70,7 @@ def bench_case(name: str, path: Path, overrides: dict, runs: int) -> list[str]:
     layer = 0
     work, resident = problem.scenario_work_ms[:, layer], start.resident[layer]
     cut_s, cut = timed(lambda: layer_makespans(work, resident), runs)
-    lp_s, lp = timed(lambda: np.array([_makespan_lp(w, resident) for w in work]), max(1, runs // 2))
+    lp_s, lp = timed(lambda: np.array([makespan_lp(w, resident) for w in work]), max(1, runs // 2))
     deviation = float(np.abs(cut - lp).max())
     search_s, found = timed(lambda: refine(problem, start), runs)
     before, after = evaluate(problem, start).total, evaluate(problem, found).total

@@ -19,9 +19,9 @@ from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
 from comoe_opt.residency.refine import refine
 from comoe_opt.residency.scenarios import (
-    _makespan_lp,
     enumerable,
     layer_makespans,
+    makespan_lp,
     related_speeds,
 )
 from comoe_opt.residency.solve import solve
@@ -108,7 +108,7 @@ def routing_cases(draw):
 @given(routing_cases())
 def test_cut_formula_equals_the_routing_lp(case):
     work, resident = case
-    expected = [_makespan_lp(w, resident) for w in work]
+    expected = [makespan_lp(w, resident) for w in work]
     assert layer_makespans(work, resident).tolist() == pytest.approx(expected, rel=1e-7, abs=1e-9)
 
 
@@ -116,7 +116,7 @@ def test_cut_formula_equals_the_routing_lp(case):
 def test_mean_of_scenarios_is_at_least_the_mean_load_makespan(case):
     # z* is convex in the work vector (Jensen): the reason the mean-load bound still holds
     work, resident = case
-    assert layer_makespans(work, resident).mean() >= _makespan_lp(work.mean(axis=0), resident) - TOL
+    assert layer_makespans(work, resident).mean() >= makespan_lp(work.mean(axis=0), resident) - TOL
 
 
 def test_speeds_are_detected_only_when_chiplets_are_related():

@@ -91,7 +91,7 @@ def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
     if speeds is not None:
         table = CutTable.for_speeds(speeds)
         return table.makespans(work[..., 0] @ table.inside(masks_of(resident)))
-    return np.array([_makespan_lp(w, resident) for w in work])
+    return np.array([makespan_lp(w, resident) for w in work])
 
 
 def masks_of(resident: np.ndarray) -> np.ndarray:
@@ -99,6 +99,6 @@ def masks_of(resident: np.ndarray) -> np.ndarray:
     return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[1], dtype=np.int64))
 
 
-def _makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
+def makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
     """The share LP without NoP: every expert's work split over its replicas, each chiplet ≤ z."""
     return share_lp(work, resident)[0]
