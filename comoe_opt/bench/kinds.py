@@ -102,7 +102,15 @@ RUN_KINDS: dict[str, RunKind] = {
         run_evaluate,
         tuple(STRATEGIES),
         "p95_ms",
-        ("p95_ms", "mean_ms", "load_gb_per_batch", "balance", "replica_factor", "runtime_s"),
+        (
+            "p95_ms",
+            "mean_ms",
+            "load_gb_per_batch",
+            "balance",
+            "token_imbalance_p95",
+            "replica_factor",
+            "runtime_s",
+        ),
     ),
 }
 

@@ -20,6 +20,11 @@ METRICS = {
     "mean_ms": ("mean per-layer latency (ms, mean over seeds)", "mean", "{:.4f}"),
     "load_gb_per_batch": ("expert pages loaded (GB per micro-batch, mean over seeds)", "mean", "{:.3f}"),
     "balance": ("balance, mean / max chiplet busy time (mean over seeds)", "mean", "{:.3f}"),
+    "token_imbalance_p95": (
+        "P95 token imbalance, max / mean (token, expert) pairs per chiplet (mean over seeds)",
+        "mean",
+        "{:.3f}",
+    ),
     "replica_factor": ("replica factor (mean over seeds)", "mean", "{:.3f}"),
     "gap_to_best_bound": (
         "gap to the best proven bound of the same instance, seed and window (%, max over seeds)",
