@@ -212,9 +212,7 @@ def _respect_quotas(problem: ResidencyProblem, counts: np.ndarray) -> np.ndarray
     """Drop the lightest replicas of a tenant over its quota, never below an expert's floor
     (its leased replicas; one replica when every expert must stay resident)."""
     counts = counts.copy()
-    floor = problem.leased_replicas()
-    if problem.all_resident:
-        floor = np.maximum(floor, 1)
+    floor = _floor_replicas(problem)
     for tenant in problem.tenants:
         while int(counts[tenant.owns].sum()) > tenant.max_pages:
             owned = np.argwhere(tenant.owns & (counts > floor))
