@@ -23,11 +23,11 @@ from pathlib import Path
 from machine import describe
 
 from comoe_opt.instance import load_instance
-from comoe_opt.residency.demand import window_demand
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.problem import residency_problem
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import relative_gap
+from comoe_opt.stats.demand import window_demand
 from comoe_opt.trace import instance_batches
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -24,14 +24,13 @@ from pathlib import Path
 import numpy as np
 from machine import describe
 
-from comoe_opt.instance import Instance, load_instance
-from comoe_opt.residency.demand import window_demand
-from comoe_opt.residency.objective import evaluate
+from comoe_opt.instance import Instance, load_instance, with_overrides
+from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
 from comoe_opt.residency.refine import refine
 from comoe_opt.residency.scenarios import layer_makespans, makespan_lp
 from comoe_opt.residency.solve import solve_heuristic
-from comoe_opt.simulate.evaluate import with_overrides
+from comoe_opt.stats.demand import window_demand
 from comoe_opt.trace import instance_batches
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,7 +72,7 @@ def bench_case(name: str, path: Path, overrides: dict, runs: int) -> list[str]:
     lp_s, lp = timed(lambda: np.array([makespan_lp(w, resident) for w in work]), max(1, runs // 2))
     deviation = float(np.abs(cut - lp).max())
     search_s, found = timed(lambda: refine(problem, start), runs)
-    before, after = evaluate(problem, start).total, evaluate(problem, found).total
+    before, after = score(problem, start).total, score(problem, found).total
     s, c = problem.scenarios, problem.chiplets
     return [
         f"| {name} | {s} x {problem.experts} x {c} | {1e3 * cut_s:.2f} | {1e3 * lp_s:.1f}"

@@ -18,10 +18,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from comoe_opt.evaluator.metrics import summarize
+from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import load_instance
-from comoe_opt.simulate.metrics import summarize
-from comoe_opt.simulate.runtime import simulate
-from comoe_opt.simulate.strategies import STRATEGIES
 from comoe_opt.trace import instance_batches
 
 PAPER_STATIC_LOAD_GB = 12.9540
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     for capacity in (float(c) for c in args.capacities.split(",")):
         hw = dataclasses.replace(base.hardware, capacity_gb=(capacity,) * base.hardware.chiplets)
         instance = dataclasses.replace(base, hardware=hw)
-        m = summarize(simulate(instance, batches, STRATEGIES["static"]))
+        m = summarize(replay(instance, batches, STRATEGIES["static"]))
         rows.append((abs(m["load_gb_per_batch"] - PAPER_STATIC_LOAD_GB), capacity, m))
         load, mean = m["load_gb_per_batch"], m["mean_ms"]
         print(f"capacity {capacity:g} GB: load {load:.3f} GB/batch, mean {mean:.4f} ms")

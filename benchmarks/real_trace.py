@@ -15,8 +15,8 @@ from pathlib import Path
 
 from machine import describe
 
-from comoe_opt.instance import load_instance
-from comoe_opt.simulate.evaluate import eval_run, run_many, with_overrides
+from comoe_opt.evaluator.runs import eval_run, run_many
+from comoe_opt.instance import load_instance, with_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 STRATEGIES = ("static", "hot", "transition", "comoe", "eplb", "eplb-flow")

@@ -1,8 +1,11 @@
-"""Solving a Pyomo model with HiGHS, mapped onto the project's `Status`.
+"""The one HiGHS adapter: solve a Pyomo model, map HiGHS's status onto the project's `Status`.
 
-Uses Pyomo's persistent HiGHS interface (`pyomo.contrib.appsi`), which
-accepts a warm start from the model's variable values and reports the
-incumbent and the dual bound of a time-limited solve without raising.
+Every MILP and LP of the project (the slow loop's models, the fast loop's
+exact reference) is solved here. Uses Pyomo's persistent HiGHS interface
+(`pyomo.contrib.appsi`), which accepts a warm start from the model's variable
+values and reports the incumbent and the dual bound of a time-limited solve
+without raising. No `threads` option is set: HiGHS keeps one thread pool per
+process and refuses a different count once a solve has started it.
 """
 
 from __future__ import annotations

@@ -8,12 +8,14 @@ from it). Anything wrong raises `InputError` naming the file and the key.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import tomli_w
 
 from comoe_opt.errors import InputError
@@ -83,7 +85,7 @@ class Hardware:
 
 @dataclass(frozen=True)
 class SyntheticTrace:
-    """Zipf–Markov routing generator with phase drift (DESIGN §3.1)."""
+    """Zipf–Markov routing generator with phase drift (formulations/traces.md)."""
 
     kind: Literal["synthetic"] = param("trace source kind")
     zipf_alpha: float = param("Zipf exponent of expert popularity (router first choice)", ge=0, le=5)
@@ -225,6 +227,15 @@ class Instance:
     def to_toml(self) -> str:
         return tomli_w.dumps(to_table(self))
 
+    def pages(self, gb: Any) -> np.ndarray:
+        """Whole pages (int64) that fit in `gb` GB, per chiplet or scalar."""
+        return np.floor(np.asarray(gb, dtype=np.float64) / self.model.page_gb + 1e-9).astype(np.int64)
+
+    @property
+    def capacity_pages(self) -> np.ndarray:
+        """[C] page slots of each chiplet's memory for resident experts."""
+        return self.pages(self.hardware.capacity_gb)
+
 
 _SECTIONS = ("model", "hardware", "trace", "policy", "runtime")
 
@@ -306,3 +317,54 @@ def to_table(instance: Instance) -> dict[str, Any]:
         "policy": plain(instance.policy),
         "runtime": plain(instance.runtime),
     }
+
+
+# ------------------------------------------------------------ overrides
+# The one override engine: `--set`, the paper's sweeps and benchmark suites all apply
+# dotted keys through `with_overrides` / `apply_overrides`.
+
+
+def with_overrides(
+    instance: Instance, overrides: dict[str, Any], source: str | Path | None = None
+) -> Instance:
+    """The instance with dotted keys replaced (`{"trace.zipf_alpha": 0.5}`), validated again.
+
+    `source` names where the overrides come from in errors (default: the instance file).
+    """
+    origin = instance.source or instance.name
+    table = apply_overrides(overridable_table(instance), overrides, source or origin)
+    return instance_from_table(table, origin)
+
+
+def overridable_table(instance: Instance) -> dict[str, Any]:
+    """The instance table with uniform per-chiplet lists written as one number, so that an
+    override of `hardware.chiplets` alone stays valid."""
+    table = to_table(instance)
+    for f in dataclasses.fields(instance.hardware):
+        value = table["hardware"][f.name]
+        if f.metadata.get("per_chiplet") and len(set(value)) == 1:
+            table["hardware"][f.name] = value[0]
+    return table
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any], source: str | Path) -> dict[str, Any]:
+    """A deep copy of an instance table with dotted-key overrides written in.
+
+    A key is `section.key` (e.g. `trace.zipf_alpha`) or a top-level key (`name`);
+    values are validated when the table becomes an `Instance`.
+    """
+    table = copy.deepcopy(base)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        if len(parts) > 2 or not all(parts):
+            raise InputError(
+                source, key, "an override key is `section.key` (e.g. trace.zipf_alpha) or `name`"
+            )
+        if len(parts) == 1:
+            table[key] = value
+            continue
+        section = table.setdefault(parts[0], {})
+        if not isinstance(section, dict):
+            raise InputError(source, key, f"{parts[0]} is not a table of the instance")
+        section[parts[1]] = copy.deepcopy(value)
+    return table

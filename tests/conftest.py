@@ -150,7 +150,7 @@ def gptoss_trace():
 
 @pytest.fixture(scope="session")
 def gptoss_stats(gptoss_trace):
-    from comoe_opt.trace import trace_stats
+    from comoe_opt.stats import trace_stats
 
     return trace_stats(gptoss_trace)
 

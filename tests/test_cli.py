@@ -15,8 +15,8 @@ from comoe_opt.instance import instance_from_table, load_instance, to_table
 from comoe_opt.trace import Trace, instance_trace, read_trace, write_trace
 
 
-def test_run_paper_baseline_json(cli) -> None:
-    result = cli("run", "--json", BASELINE)
+def test_trace_info_paper_baseline_json(cli) -> None:
+    result = cli("trace", "info", "--json", BASELINE)
     assert result.code == 0, result.err
     report = result.json()
     s = report["summary"]
@@ -30,8 +30,8 @@ def test_run_paper_baseline_json(cli) -> None:
     assert len(report["layers"]) == 32
 
 
-def test_run_text(cli, table: dict, write_toml: Callable[..., Path]) -> None:
-    result = cli("run", write_toml(table))
+def test_trace_info_text(cli, table: dict, write_toml: Callable[..., Path]) -> None:
+    result = cli("trace", "info", write_toml(table))
     assert result.code == 0 and result.err == ""
     first = result.out.splitlines()[0]
     assert first == "instance small: per-token trace, 3 logged layers, 8 experts, top-2, 96 tokens"
@@ -89,9 +89,8 @@ def test_trace_gen_text(cli, write_toml: Callable[..., Path], table: dict, tmp_p
 def test_trace_info_on_instance(cli, write_toml: Callable[..., Path], table: dict) -> None:
     path = write_toml(table)
     via_info = cli("trace", "info", "--json", path).json()
-    via_run = cli("run", "--json", path).json()
-    assert via_info == via_run
     assert via_info["summary"]["micro_batches"] == 12
+    assert cli("run", path).code == 2  # `run` is gone: `trace info` is the instance's statistics
 
 
 def test_file_trace_instance(
@@ -106,13 +105,13 @@ def test_file_trace_instance(
     table["trace"] = {"kind": "file", "path": "traces/real.npz", "tokens_per_batch": 4}
     path = write_toml(table)
     monkeypatch.chdir(tmp_path / "traces")  # the path is relative to the instance, not the cwd
-    report = cli("run", "--json", path).json()
+    report = cli("trace", "info", "--json", path).json()
     # 8 sequences of 5 tokens, 4 in flight: 2 rounds of 5 full steps
     assert report["summary"]["micro_batches"] == 10
     assert report["summary"]["tokens_per_batch"] == 4
     assert report["summary"]["sequences"] == 8
     table["trace"]["micro_batches"] = 3
-    assert cli("run", "--json", write_toml(table)).json()["summary"]["micro_batches"] == 3
+    assert cli("trace", "info", "--json", write_toml(table)).json()["summary"]["micro_batches"] == 3
 
 
 @pytest.mark.parametrize(
@@ -138,7 +137,7 @@ def test_file_trace_mismatch(
     for section, values in change.items():
         table[section].update(values)
     path = write_toml(table)
-    for verb in (["run"], ["trace", "info"]):
+    for verb in (["solve"], ["trace", "info"]):
         cli(*verb, path).assert_user_error(problem)
 
 
@@ -166,11 +165,11 @@ def test_trace_gen_output_is_directory(
 @pytest.mark.parametrize(
     "args",
     [
-        ["run"],
+        ["solve"],
         ["bogus"],
         ["trace", "gen", "x.toml"],  # -o is required
         ["trace", "info", "a", "b"],
-        ["run", "--nope", "x.toml"],
+        ["trace", "info", "--nope", "x.toml"],
     ],
     ids=["missing-argument", "unknown-verb", "missing-option", "extra-argument", "unknown-option"],
 )

@@ -11,8 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from comoe_opt.errors import InputError
-from comoe_opt.residency.formats import (
-    FORMAT,
+from comoe_opt.formats import (
     device_slots,
     read_load_counts,
     read_placement,
@@ -23,6 +22,7 @@ from comoe_opt.residency.formats import (
     write_sglang,
     write_vllm_ascend,
 )
+from comoe_opt.formats.placement_file import FORMAT
 from comoe_opt.residency.placement import Placement
 
 # ------------------------------------------------------------ strategies

@@ -316,7 +316,7 @@ def test_missing_instance_file(tmp_path: Path, cli) -> None:
     assert info.value.source == str(path)
     out = tmp_path / "o.npz"
     for args in (
-        ["run", path],
+        ["solve", path],
         ["instance", "show", path],
         ["trace", "info", path],
         ["trace", "gen", path, "-o", out],
@@ -354,7 +354,9 @@ def test_console_script_one_line_error(
         pytest.skip(f"console script not installed at {script}")
     mutate(table)
     path = write_toml(table)
-    proc = subprocess.run([str(script), "run", str(path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(script), "trace", "info", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr

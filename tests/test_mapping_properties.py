@@ -29,7 +29,7 @@ from comoe_opt.mapping import (
 )
 from comoe_opt.mapping.flow import build_network, solve_network
 from comoe_opt.mapping.milp import lp_bound, solve_exact_milp
-from comoe_opt.mapping.network import lower_bound
+from comoe_opt.mapping.network import costs_graph, lower_bound
 from comoe_opt.results import Status
 
 
@@ -107,7 +107,7 @@ def test_flow_and_exact_match_brute_force(p):
 @given(problems())
 def test_heuristics_valid_and_never_below_the_optimum(p):
     optimum = solve_exact(p).report["makespan_ticks"]
-    graph = p.costs.graph
+    graph = costs_graph(p.costs)
     assert (
         lower_bound(graph, np.bincount(graph.group_of[p.experts.ravel()], minlength=graph.groups)) <= optimum
     )
@@ -135,7 +135,7 @@ def test_milp_agrees_and_its_lp_bound_is_a_bound(p):
 
 @given(problems(), st.integers(0, 3))
 def test_flow_respects_capacities_and_matches_its_lp(p, extra_window):
-    graph = p.costs.graph
+    graph = costs_graph(p.costs)
     demand = np.bincount(graph.group_of[p.experts.ravel()], minlength=graph.groups)
     lower = lower_bound(graph, demand)
     net = build_network(graph, demand, lower, graph.window * (1 + extra_window))

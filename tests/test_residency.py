@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import load_instance
-from comoe_opt.residency.demand import window_demand
+from comoe_opt.planning import rolling_horizon
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.models import build_replica_model
-from comoe_opt.residency.objective import check_feasible, evaluate
+from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import Tenant, residency_problem
-from comoe_opt.residency.rolling import rolling_horizon
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import Status
+from comoe_opt.stats.demand import window_demand
 from comoe_opt.trace import instance_batches
 
 TOL = 1e-6
@@ -156,7 +156,7 @@ def test_milp_matches_the_exact_full_model_and_beats_heuristics(p):
         assert not check_feasible(p, placement)
         assert (placement.pages_per_chiplet() <= p.capacity_pages).all()
         assert placement.pages <= p.budget_pages
-        assert evaluate(p, placement).total == pytest.approx(result.objective, rel=1e-6, abs=1e-6)
+        assert score(p, placement).total == pytest.approx(result.objective, rel=1e-6, abs=1e-6)
 
 
 @settings(max_examples=25, deadline=None)
@@ -247,7 +247,7 @@ def test_cli_solve_json_and_sglang_round_trip(tmp_path, capsys):
     import json
 
     from comoe_opt.cli import main
-    from comoe_opt.residency.formats import read_sglang
+    from comoe_opt.formats import read_sglang
 
     instance = small_instance(tmp_path, capacity=5)
     out = tmp_path / "sglang.json"
@@ -286,7 +286,7 @@ def test_spare_pages_take_replicas_without_raising_the_objective():
     assert not check_feasible(p, result.solution)
     base = Placement(np.array([[[True, False], [False, True], [True, False]]]))
     filled = fill_spare(p, base)
-    assert evaluate(p, filled).total <= evaluate(p, base).total + 1e-9
+    assert score(p, filled).total <= score(p, base).total + 1e-9
     # with copies priced, only replicas already in place may be added: none here
     priced = problem(
         miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]], copy_ms=1.0,

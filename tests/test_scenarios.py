@@ -11,10 +11,9 @@ from conftest import make_problem
 from hypothesis import given
 from hypothesis import strategies as st
 
-from comoe_opt.instance import load_instance
-from comoe_opt.residency.demand import sample_scenarios, window_demand
+from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.objective import check_feasible, evaluate
+from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
 from comoe_opt.residency.refine import refine
@@ -25,7 +24,7 @@ from comoe_opt.residency.scenarios import (
     related_speeds,
 )
 from comoe_opt.residency.solve import solve
-from comoe_opt.simulate.evaluate import with_overrides
+from comoe_opt.stats.demand import sample_scenarios, window_demand
 from comoe_opt.trace import instance_batches
 
 TOL = 1e-6
@@ -137,9 +136,9 @@ def test_scenario_objective_by_hand():
     # second replica of expert 0, s0 splits (2) while s1 still has 4: mean 3.
     p = scenario_problem([[[4.0, 0.0]], [[0.0, 4.0]]], capacity=[2, 1], miss=[[100.0, 100.0]], batches=10)
     one_each = Placement(np.array([[[True, False], [False, True]]]))
-    assert evaluate(p, one_each).balance_ms == pytest.approx(10 * 4.0)
+    assert score(p, one_each).balance_ms == pytest.approx(10 * 4.0)
     two_of_0 = Placement(np.array([[[True, True], [True, False]]]))
-    assert evaluate(p, two_of_0).balance_ms == pytest.approx(10 * 3.0)
+    assert score(p, two_of_0).balance_ms == pytest.approx(10 * 3.0)
     best = solve(p, "milp")
     assert best.objective == pytest.approx(30.0)
     assert best.solution.replicas()[0].tolist() in ([2, 1], [1, 2])
@@ -148,7 +147,7 @@ def test_scenario_objective_by_hand():
 def test_scenario_nop_is_the_nearest_replica():
     p = scenario_problem([[[1.0, 1.0]]], capacity=[2, 2], tokens=[[3.0, 1.0]], nop=[0.5, 2.0])
     placement = Placement(np.array([[[True, True], [False, True]]]))
-    assert evaluate(p, placement).nop_ms == pytest.approx(3 * 0.5 + 1 * 2.0)
+    assert score(p, placement).nop_ms == pytest.approx(3 * 0.5 + 1 * 2.0)
 
 
 # ---------------------------------------------------------- the local search
@@ -200,7 +199,7 @@ def brute_force(p: ResidencyProblem) -> float:
             continue
         if p.all_resident and not placement.resident.any(axis=2).all():
             continue
-        best = min(best, evaluate(p, placement).total)
+        best = min(best, score(p, placement).total)
     return best
 
 
@@ -212,7 +211,7 @@ def test_search_keeps_every_limit_and_never_raises_the_objective(p):
     if p.all_resident:
         assert found.resident.any(axis=2).all()
     assert (found.pages_per_chiplet() == start.pages_per_chiplet()).all()
-    assert evaluate(p, found).total <= evaluate(p, start).total + TOL
+    assert score(p, found).total <= score(p, start).total + TOL
     assert np.array_equal(refine(p, start).resident, found.resident)  # deterministic
 
 
@@ -224,7 +223,7 @@ def test_scenario_milp_bound_holds_and_beats_heuristics(p):
     assert milp.bound <= exact + TOL * scale  # Jensen: the mean-load relaxation still bounds
     assert milp.objective >= exact - TOL * scale
     assert not check_feasible(p, milp.solution)
-    assert evaluate(p, milp.solution).total == pytest.approx(milp.objective, rel=1e-9, abs=1e-9)
+    assert score(p, milp.solution).total == pytest.approx(milp.objective, rel=1e-9, abs=1e-9)
     for name in HEURISTICS:
         if name == "eplb" and p.leased is not None and p.leased.any():
             continue
@@ -237,11 +236,11 @@ def test_search_spreads_a_bursty_experts_replicas():
     work = [[[8.0, 0.0, 1.0, 1.0]], [[0.0, 8.0, 1.0, 1.0]]]
     start = np.array([[[True, False], [False, True], [True, True], [True, True]]])
     p = scenario_problem(work, capacity=[3, 3], all_resident=True, moves=400)
-    before = evaluate(p, Placement(start)).balance_ms
+    before = score(p, Placement(start)).balance_ms
     found = refine(p, Placement(start))
     assert found.replicas()[0, :2].tolist() == [2, 2]
     assert before == pytest.approx(8.0)
-    assert evaluate(p, found).balance_ms == pytest.approx(5.0)
+    assert score(p, found).balance_ms == pytest.approx(5.0)
 
 
 # ------------------------------------------------------------ from a trace
@@ -289,15 +288,15 @@ def test_cli_solve_with_scenarios(table, write_toml, cli):
 def test_scenarios_lower_the_real_trace_imbalance(traces_dir):
     """On the first 160 GPT-OSS decode steps, CoMoE's P95 token imbalance with balance scenarios
     is below that of planning on the mean load (1.31 against 1.63 when measured)."""
-    from comoe_opt.simulate.metrics import summarize
-    from comoe_opt.simulate.runtime import simulate
-    from comoe_opt.simulate.strategies import COMOE
+    from comoe_opt.evaluator.metrics import summarize
+    from comoe_opt.evaluator.runtime import replay
+    from comoe_opt.evaluator.strategies import COMOE
 
     instance = load_instance("instances/real-gptoss20b.toml")
     batches = instance_batches(instance).window(0, 160)
     p95 = {}
     for scenarios in (0, 32):
         swapped = with_overrides(instance, {"policy.balance_scenarios": scenarios})
-        p95[scenarios] = summarize(simulate(swapped, batches, COMOE))["token_imbalance_p95"]
+        p95[scenarios] = summarize(replay(swapped, batches, COMOE))["token_imbalance_p95"]
     assert p95[32] < p95[0] - 0.1
-    assert p95[32] == summarize(simulate(instance, batches, COMOE))["token_imbalance_p95"]  # deterministic
+    assert p95[32] == summarize(replay(instance, batches, COMOE))["token_imbalance_p95"]  # deterministic

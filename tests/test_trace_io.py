@@ -392,7 +392,7 @@ def test_directory_named_npz(tmp_path: Path, cli) -> None:
 
 
 def test_domain_transitions_wrong_shape(tmp_path: Path) -> None:
-    from comoe_opt.trace import aggregate_stats
+    from comoe_opt.stats import aggregate_stats
 
     path = save_npz(
         tmp_path / "domains.npz",
@@ -413,7 +413,7 @@ def test_aggregate_transitions_string_dtype(tmp_path: Path) -> None:
 
 
 def test_huge_id_without_num_experts(tmp_path: Path) -> None:
-    from comoe_opt.trace import trace_stats
+    from comoe_opt.stats import trace_stats
 
     path = save_npz(tmp_path / "huge.npz", topk=np.array([[[2**63]]], dtype=np.uint64))
     with pytest.raises(InputError, match=r"huge\.npz"):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import TRACES
 
+from comoe_opt.stats.transitions import transition_counts
 from comoe_opt.trace import AggregateTrace, Trace, read_trace
-from comoe_opt.transitions import transition_counts
 
 NPZ_FILES = (
     sorted(p.relative_to(TRACES).as_posix() for p in TRACES.glob("*/*.npz")) if TRACES.is_dir() else []

@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from comoe_opt.errors import InputError
-from comoe_opt.trace import AggregateTrace, Trace, aggregate_stats, fit_zipf_alpha, trace_stats
-from comoe_opt.trace.stats import conditional_entropy_bits, successor_accuracy, window_alpha
+from comoe_opt.stats import aggregate_stats, fit_zipf_alpha, trace_stats
+from comoe_opt.stats.trace_stats import conditional_entropy_bits, successor_accuracy, window_alpha
+from comoe_opt.trace import AggregateTrace, Trace
 
 
 def expected_counts(alpha: float, experts: int, total: float = 1e9) -> np.ndarray:

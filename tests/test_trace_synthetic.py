@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 import comoe_opt.trace.synthetic as synthetic
 from comoe_opt.instance import ModelShape, SyntheticTrace
-from comoe_opt.trace import Trace, generate, trace_stats
+from comoe_opt.stats import trace_stats
+from comoe_opt.trace import Trace, generate
 from comoe_opt.trace.synthetic import interval_coupling, successor_matrix, zipf_weights
 
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from comoe_opt.stats.transitions import BYTES_PER_EDGE, TransitionGraph, transition_counts
 from comoe_opt.trace import Trace
-from comoe_opt.transitions import BYTES_PER_EDGE, TransitionGraph, transition_counts
 
 
 def row_entropy(p: np.ndarray) -> np.ndarray:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import multiprocessing
-import signal
 from collections.abc import Collection
 from typing import Any, Protocol
 
 from comoe_opt.bench.kinds import run_one
 from comoe_opt.bench.spec import RunSpec
 from comoe_opt.errors import ComoeError
+from comoe_opt.parallel import process_pool, terminate
 
 
 class Executor(Protocol):
@@ -31,15 +30,14 @@ class Executor(Protocol):
 
 
 class LocalPool:
-    """A process pool; workers come from a fork server (or spawn), never a plain fork of a process
-    that may already run solver threads. Each run is single-process: HiGHS may still use its own
-    threads (our wrapper does not set `threads`), so `--jobs` above the core count oversubscribes."""
+    """A local process pool (`comoe_opt.parallel`); the solver stack is imported once, in the fork
+    server, not per worker."""
 
     def __init__(self, jobs: int):
         if jobs < 1:
             raise ComoeError(f"--jobs must be >= 1, got {jobs}")
         self.description = f"local process pool, {jobs} worker{'s' if jobs > 1 else ''}"
-        self.pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_worker_init)
+        self.pool = process_pool(jobs, preload=["comoe_opt.bench.kinds"], ignore_sigint=True)
 
     def submit(self, spec: RunSpec) -> cf.Future:
         return self.pool.submit(run_one, spec)
@@ -49,29 +47,10 @@ class LocalPool:
         return done
 
     def close(self, *, abort: bool) -> None:
-        if not abort:
+        if abort:
+            terminate(self.pool)
+        else:
             self.pool.shutdown(wait=True)
-            return
-        # unfinished runs are not results yet: drop the queue and stop the workers now
-        workers = list((getattr(self.pool, "_processes", None) or {}).values())
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        for process in workers:
-            process.terminate()
-        for process in workers:
-            process.join(timeout=5)
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload(["comoe_opt.bench.kinds"])  # import the solver stack once, not per worker
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
-def _worker_init() -> None:
-    # Ctrl-C reaches the whole process group: only the runner decides what an interrupt means.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class DaskCluster:

@@ -20,10 +20,9 @@ from typing import Any
 from comoe_opt.bench.provenance import package_versions
 from comoe_opt.bench.spec import RunSpec
 from comoe_opt.errors import ComoeError
-from comoe_opt.residency.demand import window_demand
-from comoe_opt.residency.problem import residency_problem
-from comoe_opt.residency.solve import METHODS, solve
-from comoe_opt.simulate.strategies import STRATEGIES
+from comoe_opt.evaluator.strategies import STRATEGIES
+from comoe_opt.planning import plan_window
+from comoe_opt.residency import RESIDENCY_METHODS
 from comoe_opt.trace import instance_batches
 
 Metrics = dict[str, Any]
@@ -48,8 +47,10 @@ def run_slow_loop(spec: RunSpec) -> Metrics:
         windows = math.ceil(batches.batches / size)
         raise ComoeError(f"window {spec.window} is outside the trace's {windows} windows")
     part = batches.window(start, min(start + size, batches.batches))
-    problem = residency_problem(instance, window_demand(part, instance.policy))
-    result = solve(problem, spec.method, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap)
+    plan = plan_window(
+        instance, part, method=spec.method, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap
+    )
+    result, problem = plan.result, plan.problem
     report, placement = result.report, result.solution
     return {
         "solver_status": result.status.value,
@@ -79,7 +80,7 @@ def run_slow_loop(spec: RunSpec) -> Metrics:
 
 def run_evaluate(spec: RunSpec) -> Metrics:
     """Evaluate strategy `spec.method` over the instance's whole trace (the analytic latency model)."""
-    from comoe_opt.simulate.evaluate import evaluate_strategy  # the simulator loads only where it runs
+    from comoe_opt.evaluator.runs import evaluate_strategy  # the evaluator loads only where it runs
 
     instance = spec.instance()
     metrics = dict(evaluate_strategy(instance, spec.method))
@@ -96,7 +97,11 @@ def run_evaluate(spec: RunSpec) -> Metrics:
 
 RUN_KINDS: dict[str, RunKind] = {
     "slow-loop": RunKind(
-        run_slow_loop, METHODS, "objective", ("objective", "gap_to_best_bound", "runtime_s"), windows=True
+        run_slow_loop,
+        RESIDENCY_METHODS,
+        "objective",
+        ("objective", "gap_to_best_bound", "runtime_s"),
+        windows=True,
     ),
     "evaluate": RunKind(
         run_evaluate,

@@ -11,7 +11,7 @@ import pandas as pd
 from comoe_opt.bench.kinds import RUN_KINDS
 from comoe_opt.bench.provenance import machine
 from comoe_opt.bench.suite import Group, Suite
-from comoe_opt.trace.io import atomic_path
+from comoe_opt.files import atomic_path
 
 # per metric: title, aggregation over seeds/windows, cell format
 METRICS = {

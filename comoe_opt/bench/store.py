@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from comoe_opt.trace.io import atomic_path
+from comoe_opt.files import atomic_path
 
 # Columns that depend on when and where a run ran, not on its spec. Every other
 # column is a function of the spec (for runs that finish before their time limit).

@@ -11,7 +11,6 @@ starts, with an `InputError` naming the suite file and the key.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import itertools
 import tomllib
 from dataclasses import dataclass
@@ -21,7 +20,14 @@ from typing import Any
 from comoe_opt.bench.kinds import PLANNED_KINDS, RUN_KINDS
 from comoe_opt.bench.spec import RunSpec, canonical_json
 from comoe_opt.errors import InputError
-from comoe_opt.instance import FileTrace, Instance, instance_from_table, load_instance, to_table
+from comoe_opt.instance import (
+    FileTrace,
+    apply_overrides,
+    instance_from_table,
+    load_instance,
+    overridable_table,
+    to_table,
+)
 from comoe_opt.schema import build, describe, param
 
 LIST_KEYS = ("methods", "seeds", "windows")
@@ -229,7 +235,7 @@ class _Plan:
 
     def specs(self, suite: str, path: Path) -> list[RunSpec]:
         base = load_instance(self.base)  # errors name the instance file itself
-        base_table = _collapsed_table(base)
+        base_table = overridable_table(base)
         context = f"{path}: group {self.name!r}"
         seeds = self.seeds or ((0,) if isinstance(base.trace, FileTrace) else (base.trace.seed,))
         out = []
@@ -239,7 +245,7 @@ class _Plan:
                 overrides.update(p.overrides)
             point = tuple((k, v) for p in combo for k, v in p.overrides.items() if not isinstance(v, list))
             label = ", ".join(p.label for p in combo) or "-"
-            table = _apply(base_table, overrides, path)
+            table = apply_overrides(base_table, overrides, path)
             synthetic = isinstance(table.get("trace"), dict) and table["trace"].get("kind") == "synthetic"
             if not synthetic and len(seeds) > 1:
                 raise InputError(path, self.seeds_label, "the trace is read from a file: seeds repeat runs")
@@ -351,35 +357,6 @@ def _table_point(axis: str, table: dict[str, Any], label: str, path: Path) -> _P
 
 def _show(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _collapsed_table(instance: Instance) -> dict[str, Any]:
-    """The instance table with uniform per-chiplet lists written as one number, so that an
-    override of `hardware.chiplets` alone stays valid."""
-    table = to_table(instance)
-    for section in ("hardware",):
-        for f in dataclasses.fields(getattr(instance, section)):
-            value = table[section][f.name]
-            if f.metadata.get("per_chiplet") and len(set(value)) == 1:
-                table[section][f.name] = value[0]
-    return table
-
-
-def _apply(base: dict[str, Any], overrides: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A deep copy of the instance table with dotted-key overrides written in."""
-    table = copy.deepcopy(base)
-    for key, value in overrides.items():
-        parts = key.split(".")
-        if len(parts) > 2 or not all(parts):
-            raise InputError(path, key, "an override key is `section.key` (e.g. trace.zipf_alpha) or `name`")
-        if len(parts) == 1:
-            table[key] = value
-            continue
-        section = table.setdefault(parts[0], {})
-        if not isinstance(section, dict):
-            raise InputError(path, key, f"{parts[0]} is not a table of the instance")
-        section[parts[1]] = copy.deepcopy(value)
-    return table
 
 
 def _flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:

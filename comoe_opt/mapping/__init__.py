@@ -9,10 +9,9 @@ demand), and the heuristics in `HEURISTICS`. The model is in
 formulations/mapping.md.
 """
 
-from comoe_opt.mapping.evaluate import completion_ticks, makespan_ticks, on_demand_loads, pair_counts
 from comoe_opt.mapping.exact import solve_exact
 from comoe_opt.mapping.flow import solve_min_cost_flow, solve_min_cost_flow_per_token
-from comoe_opt.mapping.gap import METHODS, GapReport, fast_loop_gap, gap_samples, gap_summary
+from comoe_opt.mapping.gap import MAPPING_METHODS, GapReport, fast_loop_gap, gap_samples, gap_summary
 from comoe_opt.mapping.heuristics import (
     HEURISTICS,
     even_split,
@@ -21,12 +20,13 @@ from comoe_opt.mapping.heuristics import (
     power_of_two,
     round_robin,
 )
+from comoe_opt.mapping.makespan import completion_ticks, makespan_ticks, on_demand_loads, pair_counts
 from comoe_opt.mapping.placement import default_placement, layer_placement
 from comoe_opt.mapping.problem import NEVER, TICK_S, LayerCosts, MappingProblem, layer_costs
 
 __all__ = [
     "HEURISTICS",
-    "METHODS",
+    "MAPPING_METHODS",
     "NEVER",
     "TICK_S",
     "GapReport",

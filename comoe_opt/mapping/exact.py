@@ -17,9 +17,9 @@ import numpy as np
 from ortools.graph.python.max_flow import SimpleMaxFlow
 
 from comoe_opt.mapping.flow import OPEN, disaggregate, levels_makespan
-from comoe_opt.mapping.network import LayerGraph, lower_bound
+from comoe_opt.mapping.makespan import mapping_result
+from comoe_opt.mapping.network import LayerGraph, costs_graph, lower_bound
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.mapping.result import mapping_result
 from comoe_opt.results import SolveResult, Status
 
 
@@ -58,7 +58,7 @@ class _Oracle:
 def solve_exact(problem: MappingProblem) -> SolveResult[np.ndarray]:
     """The minimum makespan and a mapping that attains it, proven by bisection."""
     began = time.perf_counter()
-    graph = problem.costs.graph
+    graph = costs_graph(problem.costs)
     demand = np.bincount(graph.group_of[problem.experts.ravel()], minlength=graph.groups)
     if graph.stranded.size and demand[graph.stranded].any():
         return SolveResult("exact", Status.INFEASIBLE, np.inf, -np.inf, time.perf_counter() - began)

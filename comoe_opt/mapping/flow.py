@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.graph.python.min_cost_flow import SimpleMinCostFlow
 
-from comoe_opt.mapping.network import LayerGraph, lower_bound, per_token_graph
+from comoe_opt.mapping.makespan import mapping_result
+from comoe_opt.mapping.network import LayerGraph, costs_graph, lower_bound, per_token_graph
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.mapping.result import mapping_result
 from comoe_opt.results import SolveResult, Status
 
 _STATUS = {
@@ -131,7 +131,7 @@ def solve_min_cost_flow(problem: MappingProblem) -> SolveResult[np.ndarray]:
 
     The flow's makespan is the minimum one (formulations/mapping.md §4).
     """
-    return _solve(problem, problem.costs.graph, problem.experts.ravel(), "min-cost-flow")
+    return _solve(problem, costs_graph(problem.costs), problem.experts.ravel(), "min-cost-flow")
 
 
 def solve_min_cost_flow_per_token(problem: MappingProblem) -> SolveResult[np.ndarray]:
@@ -148,7 +148,7 @@ def _solve(
     demand = np.bincount(graph.group_of[rows], minlength=graph.groups)
     if graph.stranded.size and demand[graph.stranded].any():  # an expert no chiplet can serve
         return SolveResult(method, Status.INFEASIBLE, np.inf, -np.inf, time.perf_counter() - began)
-    layer = problem.costs.graph
+    layer = costs_graph(problem.costs)
     layer_demand = demand
     if graph is not layer:  # the per-token graph: bound with the layer's groups
         layer_demand = np.bincount(layer.group_of[problem.experts.ravel()], minlength=layer.groups)

@@ -16,17 +16,17 @@ import numpy as np
 import pandas as pd
 
 from comoe_opt.instance import Instance
-from comoe_opt.mapping.evaluate import makespan_ticks, on_demand_loads, pair_counts
 from comoe_opt.mapping.exact import solve_exact
 from comoe_opt.mapping.flow import solve_min_cost_flow
 from comoe_opt.mapping.heuristics import HEURISTICS
+from comoe_opt.mapping.makespan import makespan_ticks, on_demand_loads, pair_counts
 from comoe_opt.mapping.placement import default_placement
 from comoe_opt.mapping.problem import LayerCosts, MappingProblem, layer_costs
 from comoe_opt.results import SolveResult
 from comoe_opt.trace.batching import MicroBatches
 
 Method = Callable[[MappingProblem], SolveResult[np.ndarray]]
-METHODS: dict[str, Method] = {"min-cost-flow": solve_min_cost_flow, **HEURISTICS}
+MAPPING_METHODS: dict[str, Method] = {"min-cost-flow": solve_min_cost_flow, **HEURISTICS}
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def sample_problems(
 
 def gap_samples(problems: Sequence[MappingProblem], methods: dict[str, Method] | None = None) -> pd.DataFrame:
     """One row per (sample, method): makespan, the optimum, relative gap, time, on-demand loads."""
-    methods = METHODS if methods is None else methods
+    methods = MAPPING_METHODS if methods is None else methods
     rows = []
     for index, problem in enumerate(problems):
         exact = solve_exact(problem)

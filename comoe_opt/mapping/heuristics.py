@@ -24,9 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from comoe_opt.mapping.evaluate import makespan_ticks
+from comoe_opt.mapping.makespan import makespan_ticks, mapping_result
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.mapping.result import mapping_result
 from comoe_opt.results import SolveResult, Status
 
 Heuristic = Callable[[MappingProblem, np.ndarray, np.ndarray], np.ndarray]

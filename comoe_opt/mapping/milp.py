@@ -20,29 +20,14 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from typing import Any
 
 import numpy as np
 import pyomo.environ as pyo
-from pyomo.contrib.solver.common.factory import SolverFactory
-from pyomo.contrib.solver.common.results import TerminationCondition as TC
 
-from comoe_opt.mapping.evaluate import makespan_ticks
+from comoe_opt.highs import solve_with_highs
+from comoe_opt.mapping.makespan import makespan_ticks, mapping_result
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.mapping.result import mapping_result
 from comoe_opt.results import SolveResult, Status
-
-_STATUS = {
-    TC.convergenceCriteriaSatisfied: Status.OPTIMAL,
-    TC.maxTimeLimit: Status.TIME_LIMIT,
-    TC.iterationLimit: Status.FEASIBLE,
-    TC.objectiveLimit: Status.FEASIBLE,
-    TC.interrupted: Status.TIME_LIMIT,
-    TC.provenInfeasible: Status.INFEASIBLE,
-    TC.locallyInfeasible: Status.INFEASIBLE,
-    TC.infeasibleOrUnbounded: Status.INFEASIBLE,
-    TC.unbounded: Status.UNBOUNDED,
-}
 
 
 def build_milp(problem: MappingProblem, *, relax: bool = False) -> pyo.ConcreteModel:
@@ -98,39 +83,24 @@ def solve_exact_milp(
     began = time.perf_counter()
     lp = lp_bound(problem)
     model = build_milp(problem)
-    results = _highs(model, time_limit_s)
-    status = _STATUS.get(results.termination_condition, Status.ERROR)
-    report = {"lp_bound_ticks": lp, "termination": str(results.termination_condition)}
-    if results.incumbent_objective is None:
-        return SolveResult("milp", status, math.inf, -math.inf, time.perf_counter() - began, report=report)
-    results.solution_loader.load_vars()
+    outcome = solve_with_highs(model, time_limit_s=time_limit_s, mip_gap=0.0)
+    report = {"lp_bound_ticks": lp, "termination": outcome.solver_status}
+    if not math.isfinite(outcome.objective):
+        return SolveResult(
+            "milp", outcome.status, math.inf, -math.inf, time.perf_counter() - began, report=report
+        )
     assignment = _assignment(problem, model)
     span = makespan_ticks(problem.costs, problem.experts, assignment)
-    bound = max(float(results.objective_bound or -math.inf), lp)
-    if status is Status.OPTIMAL:
+    bound = max(outcome.bound, lp)
+    if outcome.status is Status.OPTIMAL:
         bound = span  # the optimum is an integer and HiGHS closed the gap on it
-    return mapping_result("milp", status, problem, assignment, span, bound, began, report)
+    return mapping_result("milp", outcome.status, problem, assignment, span, bound, began, report)
 
 
 def lp_bound(problem: MappingProblem) -> float:
     """Optimal value (ticks) of the MILP's LP relaxation: a lower bound on the makespan."""
-    results = _highs(build_milp(problem, relax=True), None)
-    if results.termination_condition != TC.convergenceCriteriaSatisfied:
-        return -math.inf
-    return float(results.incumbent_objective)
-
-
-def _highs(model: pyo.ConcreteModel, time_limit_s: float | None) -> Any:
-    # no `threads` option: HiGHS keeps one thread pool per process and refuses a
-    # different count once another solve has started it (status "unknown")
-    options = {"mip_rel_gap": 0.0, "output_flag": False}
-    return SolverFactory("highs").solve(
-        model,
-        load_solutions=False,
-        raise_exception_on_nonoptimal_result=False,
-        time_limit=time_limit_s,
-        solver_options=options,
-    )
+    outcome = solve_with_highs(build_milp(problem, relax=True))
+    return outcome.objective if outcome.status is Status.OPTIMAL else -math.inf
 
 
 def _assignment(problem: MappingProblem, model: pyo.ConcreteModel) -> np.ndarray:

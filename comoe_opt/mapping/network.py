@@ -13,6 +13,7 @@ micro-batch; `per_token_graph` builds it with one group per selection instead.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,6 +88,18 @@ class LayerGraph:
     @property
     def sink(self) -> int:
         return self.groups + self.levels.size
+
+
+_SKELETONS: weakref.WeakKeyDictionary[LayerCosts, LayerGraph] = weakref.WeakKeyDictionary()
+
+
+def costs_graph(costs: LayerCosts) -> LayerGraph:
+    """The static part of the flow network of `costs`, built once per layer and placement
+    (kept while the costs object lives)."""
+    graph = _SKELETONS.get(costs)
+    if graph is None:
+        graph = _SKELETONS[costs] = layer_graph(costs)
+    return graph
 
 
 def layer_graph(costs: LayerCosts) -> LayerGraph:

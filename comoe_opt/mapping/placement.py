@@ -1,4 +1,4 @@
-"""A simple built-in placement, until the slow loop (`comoe_opt.residency`) provides one.
+"""A simple built-in placement for the fast loop's gap report, when no placement is given.
 
 Per layer, each chiplet gets `floor(capacity / page) // layers` page slots.
 The experts of a profiling window are taken hottest first and spread
@@ -19,8 +19,7 @@ from comoe_opt.trace.model import selection_counts
 
 def slots_per_layer(instance: Instance, layers: int) -> np.ndarray:
     """[C] page slots each chiplet gives one layer (its capacity split evenly over layers)."""
-    pages = np.floor(np.asarray(instance.hardware.capacity_gb) / instance.model.page_gb + 1e-9)
-    return pages.astype(np.int64) // layers
+    return instance.capacity_pages // layers
 
 
 def default_placement(instance: Instance, batches: MicroBatches, profile_batches: int = 0) -> np.ndarray:

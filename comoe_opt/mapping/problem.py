@@ -13,15 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from comoe_opt.errors import InputError
 from comoe_opt.instance import Instance, ModelShape
-
-if TYPE_CHECKING:
-    from comoe_opt.mapping.network import LayerGraph
 
 TICK_S = 1e-9  # default time quantum: 1 ns
 NEVER = -1  # `ready` value of a chiplet that cannot serve the expert
@@ -75,13 +71,6 @@ class LayerCosts:
     def base(self) -> np.ndarray:
         """[C] completion of slot j is `base + (j + 1) * token_time`."""
         return self.start + self.finish
-
-    @cached_property
-    def graph(self) -> LayerGraph:
-        """The static part of the flow network, built once per layer and placement."""
-        from comoe_opt.mapping.network import layer_graph
-
-        return layer_graph(self)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,18 +1,10 @@
-"""The slow loop: expert residency and replicas per window (MILP, heuristics, rolling horizon)."""
+"""The slow loop: expert residency and replicas of one window (problem, MILPs, heuristics).
 
-from comoe_opt.residency.demand import WindowDemand, demand_from_counts, window_demand
+Planning window after window (the rolling horizon) is `comoe_opt.planning`'s job.
+"""
+
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
-from comoe_opt.residency.solve import METHODS, solve
+from comoe_opt.residency.solve import RESIDENCY_METHODS, solve
 
-__all__ = [
-    "METHODS",
-    "Placement",
-    "ResidencyProblem",
-    "Tenant",
-    "WindowDemand",
-    "demand_from_counts",
-    "residency_problem",
-    "solve",
-    "window_demand",
-]
+__all__ = ["RESIDENCY_METHODS", "Placement", "ResidencyProblem", "Tenant", "residency_problem", "solve"]

@@ -88,7 +88,7 @@ def check_feasible(problem: ResidencyProblem, placement: Placement) -> list[str]
     return problems
 
 
-def evaluate(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
+def score(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
     """Exact objective of `placement` (raises if it violates a constraint)."""
     violations = check_feasible(problem, placement)
     if violations:

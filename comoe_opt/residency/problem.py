@@ -14,8 +14,8 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
-from comoe_opt.residency.demand import WindowDemand
 from comoe_opt.residency.placement import Placement
+from comoe_opt.stats.demand import WindowDemand
 
 TERMS = frozenset({"miss", "prefetch", "balance", "migration", "nop", "quota"})
 
@@ -156,7 +156,7 @@ def residency_problem(
         scenario_work = (s > 0) * per_use + s * per_token
         # the mean load is the scenarios' mean, so that its bound holds for them (Jensen)
         work = scenario_work.mean(axis=0)
-    capacity = np.floor(np.asarray(hw.capacity_gb) / model.page_gb + 1e-9).astype(np.int64)
+    capacity = instance.capacity_pages
     budget = policy.replica_budget_pages or int(capacity.sum())
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
     # the first placement is the initial load, not a migration: copies cost only against a previous one

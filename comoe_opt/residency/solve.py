@@ -31,13 +31,13 @@ from comoe_opt.residency.models import (
     set_full_start,
     set_replica_counts,
 )
-from comoe_opt.residency.objective import check_feasible, evaluate
+from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.refine import refine
 from comoe_opt.results import SolveResult, Status, relative_gap
 
-METHODS = ("milp", "full", "lp", *HEURISTICS)
+RESIDENCY_METHODS = ("milp", "full", "lp", *HEURISTICS)
 
 
 def solve(
@@ -55,14 +55,14 @@ def solve(
         return solve_full(problem, time_limit_s=time_limit_s, mip_gap=mip_gap)
     if method == "lp":
         return solve_lp(problem)
-    raise ValueError(f"unknown method {method!r} (known: {', '.join(METHODS)})")
+    raise ValueError(f"unknown method {method!r} (known: {', '.join(RESIDENCY_METHODS)})")
 
 
 def solve_heuristic(problem: ResidencyProblem, name: str) -> SolveResult[Placement]:
     start = time.perf_counter()
     placement = HEURISTICS[name](problem)
     runtime = time.perf_counter() - start  # the heuristic itself; scoring is not its cost
-    terms = evaluate(problem, placement)
+    terms = score(problem, placement)
     return SolveResult(name, Status.FEASIBLE, terms.total, float("-inf"), runtime, placement, terms.to_dict())
 
 
@@ -81,7 +81,7 @@ def solve_milp(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float
     terms = warm.report
     if outcome.status.has_solution:
         placement = assign_replicas(problem, replica_counts(model, problem))
-        candidate = evaluate(problem, placement)
+        candidate = score(problem, placement)
         if candidate.total < objective:
             best, source, objective, terms = (
                 placement,
@@ -139,7 +139,7 @@ def _polish_with_full_model(
     if not outcome.status.has_solution:
         return SolveResult("full", outcome.status, float("inf"), outcome.bound, time.perf_counter() - t0)
     placement = Placement(full_model_placement(model, problem))
-    terms = evaluate(problem, placement)
+    terms = score(problem, placement)
     return SolveResult(
         "full",
         outcome.status,
@@ -168,7 +168,7 @@ def _fill_ties(
     filled = fill_spare(problem, best)
     if filled is best:
         return best, objective, terms
-    scored = evaluate(problem, filled)
+    scored = score(problem, filled)
     if scored.total <= objective + 1e-9 * max(1.0, abs(objective)):
         return filled, scored.total, {**scored.to_dict(), "spare_replicas": filled.pages - best.pages}
     return best, objective, terms
@@ -181,11 +181,11 @@ def _search(
     start, start_objective = best, objective
     previous = problem.previous
     if previous is not None and not check_feasible(problem, previous):
-        kept = evaluate(problem, previous).total
+        kept = score(problem, previous).total
         if kept < start_objective:
             start, start_objective = previous, kept
     found = refine(problem, start)
-    scored = evaluate(problem, found)
+    scored = score(problem, found)
     if scored.total < objective:
         return found, f"{source} + scenario search", scored.total, scored.to_dict()
     return best, source, objective, terms
@@ -214,7 +214,7 @@ def solve_full(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float
     if not outcome.status.has_solution:
         return SolveResult("full", outcome.status, float("inf"), outcome.bound, time.perf_counter() - start)
     placement = Placement(full_model_placement(model, problem))
-    terms = evaluate(problem, placement)
+    terms = score(problem, placement)
     # the exact share LP can only improve on the MILP's shares
     objective = min(terms.total, outcome.objective)
     report = {

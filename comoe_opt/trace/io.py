@@ -9,19 +9,16 @@ absent.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from comoe_opt.errors import InputError
+from comoe_opt.files import atomic_path
 from comoe_opt.trace.model import AggregateTrace, Trace
 
 FORMAT = "comoe-trace"
@@ -59,33 +56,6 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     else:
         raise InputError(path, None, f"unknown trace format {suffix!r} (expected .npz or .parquet)")
     return path
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path beside `path`, renamed onto it only on success."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise InputError(path, None, f"cannot write: {exc.strerror or exc}") from None
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; files follow the umask like any other
-    try:
-        yield Path(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise InputError(path, None, f"cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 # --------------------------------------------------------------------- npz

@@ -1,4 +1,4 @@
-"""Zipf–Markov routing generator with phase drift (DESIGN §3.1).
+"""Zipf–Markov routing generator with phase drift (formulations/traces.md).
 
 The router of each token is a Plackett–Luce draw of `k` distinct experts:
 experts are drawn one after another, each in proportion to its probability

@@ -1,4 +1,4 @@
-"""Cross-layer transition graph (DESIGN §3.2, paper eq. 2).
+"""Cross-layer transition graph (paper eq. 2; formulations/traces.md).
 
 For each logged layer pair p (layer `l` → the next logged layer), counts
 `N_p(i, j)` of tokens that use expert `i` at `l` and expert `j` at the next
@@ -15,12 +15,13 @@ evenly over the other E − s experts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
-if TYPE_CHECKING:  # trace statistics import this module: no runtime cycle
-    from comoe_opt.trace.model import Trace
+from comoe_opt.instance import Policy
+from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.model import Trace
 
 Pairs = Literal["kxk", "top1"]
 
@@ -112,3 +113,10 @@ class TransitionGraph:
     def state_bytes(self) -> int:
         """On-chip state of the edges: pairs × E × s × 4 B (paper §6.1)."""
         return self.pairs * self.num_experts * self.top_s * BYTES_PER_EDGE
+
+
+def window_graph(window: MicroBatches, policy: Policy) -> TransitionGraph:
+    """The transition graph the slow loop learns from a window of micro-batches."""
+    flat = window.experts.reshape(-1, window.layers, window.top_k)
+    counts = transition_counts(flat, window.num_experts)
+    return TransitionGraph.from_counts(counts, policy.transition_eps, policy.transition_top_s)

@@ -1,4 +1,4 @@
-"""Confidence tiers of transition-graph prefetch (DESIGN §3.2, paper §3.2).
+"""Confidence tiers of transition-graph prefetch (paper §3.2; formulations/latency.md).
 
 After layer l is routed, each selected expert i looks up its successors at
 the next layer:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from comoe_opt.instance import Policy
-from comoe_opt.transitions import TransitionGraph
+from comoe_opt.stats.transitions import TransitionGraph
 
 
 def prefetch_targets(graph: TransitionGraph, policy: Policy) -> np.ndarray:

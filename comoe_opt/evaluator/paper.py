@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.instance import Instance
-from comoe_opt.simulate.evaluate import eval_run, run_many, with_overrides
-from comoe_opt.simulate.strategies import STRATEGIES, TABLE4, TABLE5
-from comoe_opt.trace.io import atomic_path
+from comoe_opt.evaluator.runs import eval_run, run_many
+from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4, TABLE5
+from comoe_opt.files import atomic_path
+from comoe_opt.instance import Instance, with_overrides
 
 # Paper Table 4 (default configuration): mean ms, P95 ms, token GB/batch, expert load GB/batch,
 # balance, replica factor

@@ -15,21 +15,33 @@ on-demand load. Strategies differ in how they pick among candidates:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from comoe_opt.evaluator.layer import ChipletSpeeds
+from comoe_opt.evaluator.strategies import Strategy
+from comoe_opt.instance import Instance
 from comoe_opt.mapping.flow import solve_min_cost_flow
 from comoe_opt.mapping.problem import NEVER, LayerCosts, MappingProblem
 
-if TYPE_CHECKING:
-    from comoe_opt.simulate.runtime import _Runtime
+
+class Runtime(Protocol):
+    """What the fast loop reads of the runtime's state."""
+
+    instance: Instance
+    strategy: Strategy
+    speeds: ChipletSpeeds
+    home: np.ndarray  # [L, E] home chiplet of each expert
+    page_ms: float  # one on-demand page load over the die-to-die link
+    E: int
+
 
 TICK_S = 1e-7  # 0.1 µs: the flow's time quantum inside the runtime
 
 
 def map_tokens(
-    rt: _Runtime,
+    rt: Runtime,
     layer: int,
     experts: np.ndarray,
     published: np.ndarray,
@@ -58,7 +70,7 @@ def map_tokens(
     return assignment
 
 
-def _fallback(rt: _Runtime, layer: int, e: int, buffered: np.ndarray) -> int:
+def _fallback(rt: Runtime, layer: int, e: int, buffered: np.ndarray) -> int:
     """No replica: the buffer holding the page (earliest), else the expert's home (load on demand)."""
     if np.isfinite(buffered[e]).any():
         return int(np.argmin(buffered[e]))
@@ -66,7 +78,7 @@ def _fallback(rt: _Runtime, layer: int, e: int, buffered: np.ndarray) -> int:
 
 
 def _flow(
-    rt: _Runtime,
+    rt: Runtime,
     layer: int,
     experts: np.ndarray,
     published: np.ndarray,
@@ -92,7 +104,7 @@ def _flow(
 
 
 def _token_flow(
-    rt: _Runtime,
+    rt: Runtime,
     layer: int,
     experts: np.ndarray,
     published: np.ndarray,
@@ -105,7 +117,7 @@ def _token_flow(
     return _solve_flow(rt, layer, experts, ready_ms, rt.speeds.flop_ms, published)
 
 
-def _ready_ms(rt: _Runtime, published: np.ndarray, buffered: np.ndarray, ahead_ms: float) -> np.ndarray:
+def _ready_ms(rt: Runtime, published: np.ndarray, buffered: np.ndarray, ahead_ms: float) -> np.ndarray:
     """[E, C] when each chiplet could start an expert: 0 on a replica, the buffered page's
     arrival, or — for an expert with neither — an on-demand load to any chiplet."""
     ready = np.where(published, 0.0, buffered)
@@ -115,7 +127,7 @@ def _ready_ms(rt: _Runtime, published: np.ndarray, buffered: np.ndarray, ahead_m
 
 
 def _solve_flow(
-    rt: _Runtime,
+    rt: Runtime,
     layer: int,
     units: np.ndarray,
     ready_ms: np.ndarray,

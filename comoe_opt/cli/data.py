@@ -1,76 +1,22 @@
-"""Command-line interface: every verb is a thin call into the library.
-
-Every verb accepts `--json` and then prints one JSON object on stdout. User
-errors print one line on stderr and exit with status 2.
-"""
+"""`comoe-opt instance show`, `trace gen` and `trace info`: instances and traces."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from comoe_opt import __version__
-from comoe_opt.bench import commands as bench_commands
-from comoe_opt.errors import ComoeError
+from comoe_opt.cli.common import Parser, add_verb
 from comoe_opt.instance import Instance, load_instance
-from comoe_opt.residency import commands as residency_commands
-from comoe_opt.simulate import commands as simulate_commands
-from comoe_opt.trace import (
-    Trace,
-    aggregate_stats,
-    instance_batches,
-    instance_trace,
-    read_trace,
-    trace_stats,
-    write_trace,
-)
-from comoe_opt.trace.stats import TraceStats, window_alpha
-
-USER_ERROR = 2
+from comoe_opt.stats.trace_stats import TraceStats, aggregate_stats, trace_stats, window_alpha
+from comoe_opt.trace import Trace, instance_batches, instance_trace, read_trace, write_trace
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors on one line, like every other user error."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "handler"):
-        parser.print_help()
-        return USER_ERROR
-    try:
-        result = args.handler(args)
-    except ComoeError as exc:
-        print(f"comoe-opt: error: {exc}", file=sys.stderr)
-        return USER_ERROR
-    except KeyboardInterrupt:
-        print("comoe-opt: interrupted", file=sys.stderr)
-        return 130
-    emit(result, args.json)
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="comoe-opt", description="MoE expert placement and token mapping for chiplets.")
-    parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
-    verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
-
-    run = add_verb(verbs, "run", "run the main job on an instance", cmd_run)
-    run.add_argument("instance", type=Path, help="instance TOML file")
-
+def register(verbs: Any) -> None:
     inst = verbs.add_parser("instance", help="instance files").add_subparsers(
-        title="instance commands", metavar="COMMAND", parser_class=_Parser
+        title="instance commands", metavar="COMMAND", parser_class=Parser
     )
     show = add_verb(
         inst, "show", "validate an instance and print it with every default filled in", cmd_instance_show
@@ -78,38 +24,13 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("instance", type=Path)
 
     trace = verbs.add_parser("trace", help="routing traces").add_subparsers(
-        title="trace commands", metavar="COMMAND", parser_class=_Parser
+        title="trace commands", metavar="COMMAND", parser_class=Parser
     )
     gen = add_verb(trace, "gen", "generate or read an instance's trace and write it to a file", cmd_trace_gen)
     gen.add_argument("instance", type=Path, help="instance TOML file")
     gen.add_argument("-o", "--output", type=Path, required=True, help="trace file (.npz or .parquet)")
     info = add_verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
     info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
-    residency_commands.register(verbs, add_verb)
-    simulate_commands.register(verbs, add_verb)
-    bench_commands.register(verbs, add_verb)
-    from comoe_opt.mapping.commands import register as register_mapping  # here: it imports add_verb
-
-    register_mapping(verbs)
-    return parser
-
-
-def add_verb(
-    group: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], dict]
-) -> argparse.ArgumentParser:
-    sub = group.add_parser(name, help=help_text, description=help_text)
-    sub.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    sub.set_defaults(handler=handler)
-    return sub
-
-
-# ------------------------------------------------------------------ verbs
-
-
-def cmd_run(args: argparse.Namespace) -> dict[str, Any]:
-    """Main job: for now, the statistics of the instance's trace."""
-    instance = load_instance(args.instance)
-    return _instance_trace_report(instance)
 
 
 def cmd_instance_show(args: argparse.Namespace) -> dict[str, Any]:
@@ -148,9 +69,6 @@ def _instance_trace_report(instance: Instance) -> dict[str, Any]:
     stats.summary.update(micro_batches=batches.batches, tokens_per_batch=batches.tokens_per_batch)
     stats.summary.update(window_alpha(batches.experts, batches.num_experts, instance.policy.window_batches))
     return _stats_report(stats, f"instance {instance.name}")
-
-
-# ----------------------------------------------------------------- output
 
 
 def _stats_report(stats: TraceStats, label: str) -> dict[str, Any]:
@@ -192,26 +110,3 @@ def _f(value: float | None) -> str:
 
 def _span(values: list[float] | None) -> str:
     return "-" if not values else f"{values[0]:.3f}-{values[1]:.3f}"
-
-
-def emit(result: dict[str, Any], as_json: bool) -> None:
-    """Print a verb's result: its `_text` for people, the rest as JSON with --json."""
-    if as_json:
-        payload = {k: v for k, v in result.items() if not k.startswith("_")}
-        print(json.dumps(payload, default=_json_default, allow_nan=False))
-    else:
-        print(result.get("_text", json.dumps(result, default=_json_default, indent=2)))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialise {type(value).__name__}")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

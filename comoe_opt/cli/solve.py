@@ -1,4 +1,4 @@
-"""`comoe-opt solve`: the slow loop on one window, or window after window."""
+"""`comoe-opt solve`: the slow loop on one window, or window after window (`--rolling`)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,20 @@ import math
 from pathlib import Path
 from typing import Any
 
+from comoe_opt.cli.common import add_verb
 from comoe_opt.errors import ComoeError
+from comoe_opt.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
 from comoe_opt.instance import Instance, load_instance
-from comoe_opt.residency.demand import WindowDemand, demand_from_counts, window_demand
-from comoe_opt.residency.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import residency_problem
-from comoe_opt.residency.rolling import rolling_horizon
-from comoe_opt.residency.solve import METHODS, solve
+from comoe_opt.planning import plan_window, rolling_horizon
+from comoe_opt.residency import RESIDENCY_METHODS, Placement
 from comoe_opt.results import SolveResult
+from comoe_opt.stats.demand import WindowDemand, demand_from_counts
 from comoe_opt.trace import instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
 from comoe_opt.trace.model import Trace
 
 
-def register(verbs: Any, add_verb: Any) -> None:
+def register(verbs: Any) -> None:
     sub = add_verb(
         verbs, "solve", "expert residency and replicas for a trace window (the slow loop)", cmd_solve
     )
@@ -30,7 +29,7 @@ def register(verbs: Any, add_verb: Any) -> None:
     source = sub.add_mutually_exclusive_group()
     source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
     source.add_argument("--counts", type=Path, help="expert-load counts (logical_count [layers, experts])")
-    sub.add_argument("--method", choices=METHODS, default="milp")
+    sub.add_argument("--method", choices=RESIDENCY_METHODS, default="milp")
     sub.add_argument("--window", type=int, default=0, help="which window of the trace (default 0)")
     sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
     sub.add_argument("--time-limit", type=float, help="seconds (default: policy.time_limit_s)")
@@ -58,9 +57,10 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
         if args.counts:
             raise ComoeError("--rolling needs a per-token trace, not --counts")
         return _rolling(instance, _batches(instance, args.trace), args, limit)
-    demand, load = _demand(instance, args)
-    problem = residency_problem(instance, demand)
-    result = solve(problem, args.method, time_limit_s=limit, mip_gap=gap)
+    history, counts = _history(instance, args)
+    plan = plan_window(instance, history, method=args.method, time_limit_s=limit, mip_gap=gap)
+    result, problem = plan.result, plan.problem
+    load = plan.demand.tokens if counts is None else counts
     report = _result_dict(result)
     report["balance_scenarios"] = problem.scenarios
     if args.output and result.solution is not None:
@@ -96,7 +96,8 @@ def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
     return make_batches(trace, instance.trace.tokens_per_batch, batching)
 
 
-def _demand(instance: Instance, args: argparse.Namespace) -> tuple[WindowDemand, Any]:
+def _history(instance: Instance, args: argparse.Namespace) -> tuple[MicroBatches | WindowDemand, Any]:
+    """What the window is planned on: micro-batches, or a demand from load counts (returned too)."""
     model = instance.model
     if args.counts:
         counts = read_load_counts(args.counts, model.layers, model.experts_per_layer)
@@ -111,8 +112,7 @@ def _demand(instance: Instance, args: argparse.Namespace) -> tuple[WindowDemand,
             f"--window {args.window} is outside the trace's {math.ceil(batches.batches / window)} windows"
         )
     part = batches.window(start, min(start + window, batches.batches))
-    demand = window_demand(part, instance.policy)
-    return demand, demand.tokens
+    return part, None
 
 
 def _write(instance: Instance, placement: Placement, args: argparse.Namespace, load: Any) -> Path:

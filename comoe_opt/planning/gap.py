@@ -8,9 +8,8 @@ from typing import Any
 import pandas as pd
 
 from comoe_opt.instance import Instance
-from comoe_opt.residency.demand import window_demand
+from comoe_opt.planning.window import plan_window
 from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.problem import residency_problem
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import relative_gap
 from comoe_opt.trace.batching import MicroBatches, windows
@@ -18,13 +17,12 @@ from comoe_opt.trace.batching import MicroBatches, windows
 
 def slow_loop_gap(instance: Instance, batches: MicroBatches, count: int = 3) -> pd.DataFrame:
     """Per method: objective gap to the MILP's proven bound and to its objective, over `count` windows."""
-    policy = instance.policy
     rows: list[dict[str, Any]] = []
-    for w, (start, stop) in enumerate(windows(batches.batches, policy.window_batches)[:count]):
-        problem = residency_problem(instance, window_demand(batches.window(start, stop), policy))
-        milp = solve(problem, "milp", time_limit_s=policy.time_limit_s, mip_gap=policy.mip_gap)
+    for w, (start, stop) in enumerate(windows(batches.batches, instance.policy.window_batches)[:count]):
+        plan = plan_window(instance, batches.window(start, stop), method="milp")
+        milp = plan.result
         for name in ("milp", *HEURISTICS):
-            r = milp if name == "milp" else solve(problem, name)
+            r = milp if name == "milp" else solve(plan.problem, name)
             rows.append(
                 {
                     "window": w,

@@ -1,8 +1,9 @@
 """Two-time-scale runtime: slow loop per window, fast loop per micro-batch and layer.
 
-`simulate(instance, batches, strategy)` replays a routed trace: every window
-the slow loop plans residency from the statistics it has seen (the previous
-window; the first window profiles itself), the directory copies the new
+`replay(instance, batches, strategy)` replays a routed trace: window after
+window the slow loop plans residency from the statistics it has seen (the
+rolling horizon of `comoe_opt.planning`, the same plans `solve --rolling`
+makes; the first window profiles itself), the directory copies the new
 replicas in the background (prepare → publish → reclaim), and every
 micro-batch goes through the layers one after another. At each layer:
 
@@ -23,24 +24,20 @@ Formulations and constants: formulations/latency.md.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from comoe_opt.evaluator.directory import ExpertDirectory
+from comoe_opt.evaluator.fastmap import map_tokens
+from comoe_opt.evaluator.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
+from comoe_opt.evaluator.strategies import Strategy
 from comoe_opt.instance import Instance
-from comoe_opt.prefetch import prefetch_targets
-from comoe_opt.residency.demand import window_demand
+from comoe_opt.planning.rolling import WindowPlan, rolling_horizon
 from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import residency_problem
-from comoe_opt.residency.solve import solve
-from comoe_opt.simulate.directory import ExpertDirectory
-from comoe_opt.simulate.fastmap import map_tokens
-from comoe_opt.simulate.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
-from comoe_opt.simulate.strategies import Strategy
-from comoe_opt.trace.batching import MicroBatches, history_span, windows
-from comoe_opt.transitions import TransitionGraph, transition_counts
+from comoe_opt.stats.prefetch import prefetch_targets
+from comoe_opt.trace.batching import MicroBatches, windows
 
 BITS = 8.0
 POPULAR_PREFETCH = 4  # pages a popularity prefetch asks for when credits do not limit it
@@ -63,6 +60,7 @@ class SampleLog:
     prefetch_wasted_bytes: float = 0.0
     pages_migrated: int = 0
     copies_rolled_back: int = 0
+    placements: list[tuple[int, Placement]] = field(default_factory=list)  # (window, placement) as planned
     resident_pages: list[int] = field(default_factory=list)
     distinct_experts: list[int] = field(default_factory=list)
 
@@ -104,11 +102,6 @@ class _Buffers:
         while len(cache) > self.capacity[chiplet]:
             cache.popitem(last=False)
 
-    def touch(self, layer: int, chiplet: int, expert: int) -> None:
-        cache = self.pages[chiplet]
-        if (layer, expert) in cache:
-            cache.move_to_end((layer, expert))
-
     def drop(self, layer: int, chiplet: int, expert: int) -> None:
         self.pages[chiplet].pop((layer, expert), None)
 
@@ -116,7 +109,7 @@ class _Buffers:
         return int(self.capacity[chiplet]) - len(self.pages[chiplet])
 
 
-def simulate(
+def replay(
     instance: Instance,
     batches: MicroBatches,
     strategy: Strategy,
@@ -144,7 +137,7 @@ class _Runtime:
         self.fixed_ms = rt.attention_ms + rt.route_ms
         self.derate = rt.d2d_concurrency_derate
         self.credits = rt.prefetch_credit_pages if strategy.credits else None
-        buffer_pages = np.floor(np.asarray(hw.prefetch_buffer_gb) / model.page_gb + 1e-9).astype(int)
+        buffer_pages = instance.pages(hw.prefetch_buffer_gb)
         self.buffers = _Buffers(buffer_pages if strategy.prefetch != "none" else np.zeros(self.C, int))
         self.directory = ExpertDirectory(self.L, self.E, self.C)
         self.rng = np.random.default_rng(seed)
@@ -164,14 +157,14 @@ class _Runtime:
     # ------------------------------------------------------------ driver
 
     def run(self) -> SampleLog:
-        policy = self.instance.policy
-        window = max(1, policy.window_batches // self.strategy.window_divisor)
-        spans = windows(self.batches.batches, window)
+        strategy = self.strategy
+        instance = strategy.planning_instance(self.instance)
+        spans = windows(self.batches.batches, instance.policy.window_batches)
+        plans = rolling_horizon(instance, self.batches, strategy.residency, terms=strategy.terms)
         placement: Placement | None = None
         for w, (start, stop) in enumerate(spans):
-            if w == 0 or self.strategy.replan:
-                history = history_span(spans, w, policy.history_windows)
-                placement = self._plan(placement, *history, w, stop - start)
+            if w == 0 or strategy.replan:
+                placement = self._use(next(plans), placement)
             for b in range(start, stop):
                 self.directory.publish_due(self.clock)
                 if self.to_retire and self.clock >= self.retire_at:
@@ -183,35 +176,20 @@ class _Runtime:
 
     # --------------------------------------------------------- slow loop
 
-    def _plan(self, previous: Placement | None, start: int, stop: int, w: int, span: int) -> Placement:
-        window = self.batches.window(start, stop)
-        graph = self._graph(window)
-        demand = window_demand(window, self.instance.policy, graph)
-        policy = self.instance.policy
-        if self.strategy.max_replicas is not None:
-            policy = dataclasses.replace(policy, max_replicas=self.strategy.max_replicas)
-        instance = dataclasses.replace(self.instance, policy=policy)
-        problem = residency_problem(instance, demand, previous, terms=self.strategy.terms, batches=span)
-        result = solve(
-            problem, self.strategy.residency, time_limit_s=policy.time_limit_s, mip_gap=policy.mip_gap
-        )
-        placement = result.solution
+    def _use(self, planned: WindowPlan, previous: Placement | None) -> Placement:
+        """Put a window's plan in place: directory copies, homes and prefetch tables."""
+        placement, plan = planned.placement, planned.plan
         self._apply(placement, previous)
-        self._set_homes(placement, problem.work_ms.min(axis=2))
+        self._set_homes(placement, plan.problem.work_ms.min(axis=2))
         if self.strategy.prefetch == "transitions":
-            self.targets = prefetch_targets(graph, self.instance.policy)
-            self.confidence = graph.confidence()
+            self.targets = prefetch_targets(plan.graph, self.instance.policy)
+            self.confidence = plan.graph.confidence()
         elif self.strategy.prefetch == "popularity":
-            self.popular = np.argsort(-demand.tokens, axis=1, kind="stable")
+            self.popular = np.argsort(-plan.demand.tokens, axis=1, kind="stable")
+        self.log.placements.append((planned.window, placement))
         self.log.resident_pages.append(placement.pages)
         self.log.distinct_experts.append(placement.distinct)
         return placement
-
-    def _graph(self, window: MicroBatches) -> TransitionGraph:
-        flat = window.experts.reshape(-1, window.layers, window.top_k)
-        policy = self.instance.policy
-        counts = transition_counts(flat, window.num_experts)
-        return TransitionGraph.from_counts(counts, policy.transition_eps, policy.transition_top_s)
 
     def _apply(self, placement: Placement, previous: Placement | None) -> None:
         """Directory update: retire what left the plan, copy in what joined it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.simulate.runtime import SampleLog
+from comoe_opt.evaluator.runtime import SampleLog
 
 GB = 1e9
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from comoe_opt.errors import ComoeError
+from comoe_opt.instance import Instance
 from comoe_opt.residency.problem import TERMS
 
 
 @dataclass(frozen=True)
 class Strategy:
     name: str
-    residency: str  # slow-loop method (comoe_opt.residency.solve.METHODS)
+    residency: str  # slow-loop method (comoe_opt.residency.RESIDENCY_METHODS)
     replan: bool  # re-plan every window (False: once, on the profiling window)
     prefetch: Literal["none", "transitions", "popularity"]
     mapping: Literal["home", "even", "flow"]  # fast loop: home replica, even split, min-cost flow
@@ -31,6 +32,16 @@ class Strategy:
     @property
     def title(self) -> str:
         return self.label or self.name
+
+    def planning_instance(self, instance: Instance) -> Instance:
+        """The instance as this strategy plans it: its window length and replica limit."""
+        policy = instance.policy
+        planned = dataclasses.replace(
+            policy,
+            window_batches=max(1, policy.window_batches // self.window_divisor),
+            max_replicas=policy.max_replicas if self.max_replicas is None else self.max_replicas,
+        )
+        return dataclasses.replace(instance, policy=planned)
 
 
 COMOE = Strategy(

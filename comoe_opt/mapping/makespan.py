@@ -1,4 +1,5 @@
-"""The makespan of a token mapping: one definition, used by every method.
+"""The makespan of a token mapping: one definition, used by every method, and the
+`SolveResult` every mapping method returns (`mapping_result`).
 
 Chiplet `c` serves its tokens one per `token_time[c]` in slots starting at
 `start[c]`; a token of expert `e` may use slot `j` only from `slots[e, c]`
@@ -13,9 +14,13 @@ chiplets that serve at least one token (formulations/mapping.md §2).
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import numpy as np
 
-from comoe_opt.mapping.problem import NEVER, LayerCosts
+from comoe_opt.mapping.problem import NEVER, LayerCosts, MappingProblem
+from comoe_opt.results import SolveResult, Status
 
 
 def pair_counts(costs: LayerCosts, experts: np.ndarray, assignment: np.ndarray) -> np.ndarray:
@@ -66,3 +71,31 @@ def makespan_ticks(costs: LayerCosts, experts: np.ndarray, assignment: np.ndarra
 def on_demand_loads(costs: LayerCosts, counts: np.ndarray) -> int:
     """(expert, chiplet) pairs that serve tokens without a resident replica: pages to load."""
     return int(((counts > 0) & ~costs.resident).sum())
+
+
+def mapping_result(
+    method: str,
+    status: Status,
+    problem: MappingProblem,
+    assignment: np.ndarray,
+    makespan: int,
+    bound: float,
+    began: float,
+    report: dict[str, Any] | None = None,
+) -> SolveResult[np.ndarray]:
+    """Objective and bound in seconds; the exact integers stay in the report.
+
+    `assignment[s, r]` is the chiplet serving token `s`'s rank-`r` expert.
+    `bound` is in ticks (-inf when the method proves nothing).
+    """
+    tick = problem.costs.tick_s
+    full = {"makespan_ticks": makespan, "tick_s": tick, **(report or {})}
+    return SolveResult(
+        method=method,
+        status=status,
+        objective=makespan * tick,
+        bound=bound * tick if np.isfinite(bound) else -np.inf,
+        runtime_s=time.perf_counter() - began,
+        solution=assignment,
+        report=full,
+    )

@@ -10,10 +10,11 @@ from typing import Any
 from comoe_opt.bench.provenance import available_cores
 from comoe_opt.bench.runner import BenchOutcome, describe_suite, run_suite
 from comoe_opt.bench.suite import load_suite
+from comoe_opt.cli.common import add_verb, emit
 from comoe_opt.errors import ComoeError
 
 
-def register(verbs: Any, add_verb: Any) -> None:
+def register(verbs: Any) -> None:
     sub = add_verb(verbs, "bench", "run a benchmark suite (instances x methods x seeds)", cmd_bench)
     sub.add_argument("suite", type=Path, help="suite TOML file (see docs/bench.md)")
     where = sub.add_mutually_exclusive_group()
@@ -41,8 +42,6 @@ def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:
     result = _result(outcome)
     if outcome.exit_status:
         # the report is the output either way; the status tells scripts the suite is incomplete
-        from comoe_opt.cli import emit
-
         emit(result, args.json)
         if outcome.interrupted is None:
             print(f"comoe-opt: {outcome.failed} runs failed (see {out / 'report.md'})", file=sys.stderr)

@@ -7,11 +7,12 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from comoe_opt.cli.common import add_verb
 from comoe_opt.errors import ComoeError
-from comoe_opt.instance import Instance, load_instance
-from comoe_opt.simulate.evaluate import eval_run, run_many, with_overrides
-from comoe_opt.simulate.paper import PaperSettings, run_paper
-from comoe_opt.simulate.strategies import STRATEGIES, TABLE4
+from comoe_opt.evaluator.paper import PaperSettings, run_paper
+from comoe_opt.evaluator.runs import eval_run, run_many
+from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
+from comoe_opt.instance import Instance, load_instance, with_overrides
 
 COLUMNS = (
     ("mean_ms", "mean ms", ".4f"),
@@ -28,7 +29,7 @@ COLUMNS = (
 )
 
 
-def register(verbs: Any, add_verb: Any) -> None:
+def register(verbs: Any) -> None:
     ev = add_verb(verbs, "evaluate", "strategies through the analytic latency model on a trace", cmd_evaluate)
     ev.add_argument("instance", type=Path)
     ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize_scalar
 
+from comoe_opt.stats.transitions import transition_counts
 from comoe_opt.trace.model import AggregateTrace, Trace, selection_counts
-from comoe_opt.transitions import transition_counts
 
 HOLDOUT_EVERY = 5  # every 5th sequence (or token) is held out for predictability
 

@@ -1,4 +1,4 @@
-"""CLI verb `comoe-opt gap`: the fast loop's methods against the exact optimum."""
+"""`comoe-opt gap`: heuristics against exact optima, for the fast loop and the slow loop."""
 
 from __future__ import annotations
 
@@ -6,20 +6,23 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli import add_verb
+from comoe_opt.cli.common import add_verb
 from comoe_opt.errors import InputError
+from comoe_opt.formats import read_placement
 from comoe_opt.instance import FileTrace, Instance, load_instance
 from comoe_opt.mapping.gap import GapReport, fast_loop_gap
-from comoe_opt.residency.formats import read_placement
-from comoe_opt.residency.gap import slow_loop_gap, summarize_slow_gap
+from comoe_opt.planning.gap import slow_loop_gap, summarize_slow_gap
 from comoe_opt.trace import Trace, instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
 
 
 def register(verbs: Any) -> None:
-    """Add the `gap` verb to the CLI's sub-command group."""
     gap = add_verb(
-        verbs, "gap", "fast loop: each token-mapping method's makespan gap to the exact optimum", cmd_gap
+        verbs,
+        "gap",
+        "heuristics against exact optima: each token-mapping method's makespan gap (fast loop) and "
+        "each residency heuristic's objective gap to the MILP bound (slow loop)",
+        cmd_gap,
     )
     gap.add_argument("instance", type=Path, help="instance TOML file")
     gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")

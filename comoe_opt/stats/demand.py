@@ -6,7 +6,7 @@ Per logical expert (l, e), over the micro-batches of a window:
 * `used[l, e]` — q, share of micro-batches that select it at least once
   (each such micro-batch needs the page once);
 * `hidden[l, e]` — h, share of those uses in which transition-graph prefetch
-  would already have asked for the page (see `comoe_opt.prefetch`);
+  would already have asked for the page (see `comoe_opt.stats.prefetch`);
 * `scenario_tokens[s, l, e]` — with `policy.balance_scenarios > 0`, the
   selections of (l, e) in each of S micro-batches sampled evenly from the
   window: the balance scenarios (see `comoe_opt.residency.scenarios`).
@@ -20,9 +20,9 @@ import numpy as np
 
 from comoe_opt.errors import InputError
 from comoe_opt.instance import Policy
-from comoe_opt.prefetch import prefetch_targets, prefetched
+from comoe_opt.stats.prefetch import prefetch_targets, prefetched
+from comoe_opt.stats.transitions import TransitionGraph, window_graph
 from comoe_opt.trace.batching import MicroBatches
-from comoe_opt.transitions import TransitionGraph, transition_counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,9 +80,7 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * e
     per_batch = np.bincount((keys + experts).ravel(), minlength=n * layers * e).reshape(n, layers, e)
     if graph is None:
-        graph = TransitionGraph.from_counts(
-            transition_counts(flat, e), policy.transition_eps, policy.transition_top_s
-        )
+        graph = window_graph(window, policy)
     hit = prefetched(used, prefetch_targets(graph, policy)) & used
     uses = used.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):

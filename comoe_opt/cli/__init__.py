@@ -1,0 +1,44 @@
+"""The `comoe-opt` command: every verb is a thin call into the library.
+
+Every verb accepts `--json` and then prints one JSON object on stdout. User
+errors print one line on stderr and exit with status 2. Nothing outside this
+package imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from comoe_opt import __version__
+from comoe_opt.cli import bench, data, evaluate, gap, solve
+from comoe_opt.cli.common import USER_ERROR, Parser, emit
+from comoe_opt.errors import ComoeError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        return USER_ERROR
+    try:
+        result = args.handler(args)
+    except ComoeError as exc:
+        print(f"comoe-opt: error: {exc}", file=sys.stderr)
+        return USER_ERROR
+    except KeyboardInterrupt:
+        print("comoe-opt: interrupted", file=sys.stderr)
+        return 130
+    emit(result, args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="comoe-opt", description="MoE expert placement and token mapping for chiplets.")
+    parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
+    verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)
+    for verb in (data, solve, gap, evaluate, bench):
+        verb.register(verbs)
+    return parser

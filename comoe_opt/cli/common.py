@@ -1,0 +1,48 @@
+"""What every verb shares: the parser class, verb registration, output and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+USER_ERROR = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors on one line, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_verb(
+    group: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], dict]
+) -> argparse.ArgumentParser:
+    sub = group.add_parser(name, help=help_text, description=help_text)
+    sub.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def emit(result: dict[str, Any], as_json: bool) -> None:
+    """Print a verb's result: its `_text` for people, the rest as JSON with --json."""
+    if as_json:
+        payload = {k: v for k, v in result.items() if not k.startswith("_")}
+        print(json.dumps(payload, default=_json_default, allow_nan=False))
+    else:
+        print(result.get("_text", json.dumps(result, default=_json_default, indent=2)))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__}")

@@ -1,0 +1,35 @@
+"""Placement files: our own JSON, serving-engine expert maps, and expert-load counts.
+
+Every reader validates and raises `InputError` naming the file, the JSON
+field path and the problem; every writer is atomic (temporary file + rename)
+and deterministic. Formats are documented in docs/placement-format.md. A new
+file format is a module here.
+"""
+
+from comoe_opt.formats.counts import read_load_counts
+from comoe_opt.formats.engines import (
+    device_slots,
+    read_sglang,
+    read_vllm_ascend,
+    write_sglang,
+    write_vllm_ascend,
+)
+from comoe_opt.formats.placement_file import (
+    PlacementFile,
+    read_placement,
+    read_placement_file,
+    write_placement,
+)
+
+__all__ = [
+    "PlacementFile",
+    "device_slots",
+    "read_load_counts",
+    "read_placement",
+    "read_placement_file",
+    "read_sglang",
+    "read_vllm_ascend",
+    "write_placement",
+    "write_sglang",
+    "write_vllm_ascend",
+]

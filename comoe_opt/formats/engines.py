@@ -1,0 +1,305 @@
+"""Serving-engine expert maps: SGLang `--init-expert-location` and vLLM-Ascend `expert_map_path`.
+
+* SGLang (`write_sglang` / `read_sglang`): `physical_to_logical_map[layer][physical slot]`,
+  device `d` owning slots `d*S .. d*S+S-1`.
+* vLLM-Ascend (`write_vllm_ascend` / `read_vllm_ascend`):
+  `layer_list[l].device_list[d].device_expert`.
+
+Engines need the same number of physical slots on every device; devices that
+hold fewer replicas are padded (`device_slots`). Formats: docs/placement-format.md."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from comoe_opt.errors import InputError
+from comoe_opt.formats.jsonio import (
+    expect_list,
+    int_table,
+    is_int,
+    json_type,
+    load_json,
+    num_logical,
+    with_source,
+    write_json,
+)
+from comoe_opt.residency.placement import Placement
+
+SGLANG_KEY = "physical_to_logical_map"
+
+
+def device_slots(
+    placement: Placement, load: np.ndarray | None = None, *, engine: str = "the engine"
+) -> np.ndarray:
+    """Physical slots per device: int array [layers, devices, S] of logical expert ids.
+
+    Every device gets the same number of slots S per layer, the largest
+    replica count of any device in any layer. A device's own replicas come
+    first (ascending expert id); a device with fewer is padded with extra
+    replicas of experts of that layer it does not hold yet: with `load`
+    ([layers, experts]), the expert with the largest load per replica
+    (counting the padding already added in that layer), ties to the lowest
+    id; without it, the lowest id. A device never holds one expert twice.
+    Raises `InputError` if a logical expert has no replica: serving engines
+    need every expert resident somewhere.
+    """
+    resident = placement.resident
+    layers, experts, devices = resident.shape
+    replicas = placement.replicas()
+    missing = np.argwhere(replicas == 0)
+    if missing.size:
+        li, e = (int(x) for x in missing[0])
+        raise InputError(
+            None,
+            f"placement[{li}][{e}]",
+            f"logical expert ({li}, {e}) has no replica; {engine} needs every expert resident on at least "
+            f"one device ({len(missing)} expert(s) missing in total)",
+        )
+    weights = _check_load(load, layers, experts)
+    per_device = resident.sum(axis=1)  # [layers, devices]
+    slots = int(per_device.max())
+    out = np.empty((layers, devices, slots), dtype=np.int64)
+    for li in range(layers):
+        counts = replicas[li].astype(np.float64)
+        for d in range(devices):
+            held = resident[li, :, d].copy()
+            own = np.flatnonzero(held)
+            out[li, d, : own.size] = own
+            for s in range(own.size, slots):
+                if weights is None:
+                    pick = int(np.flatnonzero(~held)[0])
+                else:
+                    score = np.where(held, -np.inf, weights[li] / counts)
+                    pick = int(np.argmax(score))  # first maximum = lowest id
+                out[li, d, s] = pick
+                held[pick] = True
+                counts[pick] += 1
+    return out
+
+
+def _check_load(load: np.ndarray | None, layers: int, experts: int) -> np.ndarray | None:
+    if load is None:
+        return None
+    arr = np.asarray(load)
+    if arr.shape != (layers, experts):
+        raise InputError(None, "load", f"must have shape [{layers}, {experts}], got {list(arr.shape)}")
+    if not (np.issubdtype(arr.dtype, np.number) and not np.issubdtype(arr.dtype, np.complexfloating)):
+        raise InputError(None, "load", f"must be numeric, got dtype {arr.dtype}")
+    arr = arr.astype(np.float64)
+    if not np.isfinite(arr).all():
+        raise InputError(None, "load", "contains NaN or infinite values")
+    if (arr < 0).any():
+        raise InputError(None, "load", "contains negative values")
+    return arr
+
+
+# ================================================================= SGLang
+
+
+def write_sglang(
+    placement: Placement,
+    path: str | Path,
+    *,
+    load: np.ndarray | None = None,
+    layer_ids: Sequence[int] | None = None,
+    num_model_layers: int | None = None,
+) -> Path:
+    """Write SGLang's `--init-expert-location` JSON: `{"physical_to_logical_map": [[...]]}`.
+
+    Devices are the placement's chiplets (SGLang's EP ranks); padding follows
+    `device_slots`. SGLang indexes this map by *model* layer (all
+    `num_hidden_layers`, dense ones included): pass the model layer number
+    of each placement layer in `layer_ids` (and the model's layer count) when
+    the model has dense layers; their rows get SGLang's trivial map
+    (`slot % experts`). The file name must end in `.json`: SGLang parses any
+    other argument as a JSON string or a `.pt` file.
+    """
+    path = Path(path)
+    if not path.name.endswith(".json"):
+        raise InputError(
+            path, None, "SGLang reads --init-expert-location as a file only when its name ends in '.json'"
+        )
+    slots = with_source(path, lambda: device_slots(placement, load, engine="SGLang"))
+    rows = slots.reshape(placement.layers, -1)  # device d owns slots d*S .. d*S+S-1
+    model_rows, total = _sglang_model_layers(placement.layers, layer_ids, num_model_layers)
+    physical = rows.shape[1]
+    table = np.tile(np.arange(physical) % placement.experts, (total, 1))
+    table[model_rows] = rows
+    write_json({SGLANG_KEY: table.tolist()}, path)
+    return path
+
+
+def read_sglang(
+    path: str | Path,
+    chiplets: int,
+    *,
+    experts: int | None = None,
+    layer_ids: Sequence[int] | None = None,
+) -> Placement:
+    """Read an SGLang `physical_to_logical_map` JSON back into a Placement.
+
+    `chiplets` is SGLang's EP size (the file does not hold it); `experts`
+    defaults to the largest logical id + 1; `layer_ids` selects the MoE rows
+    (default: every row). Two slots of one device holding the same expert
+    (SGLang allows it) read as one replica.
+    """
+    path = Path(path)
+    if not is_int(chiplets) or chiplets < 1:
+        raise InputError(None, "chiplets", f"must be a positive integer, got {chiplets!r}")
+    doc = load_json(path, "SGLang expert-location file")
+    if not isinstance(doc, dict):
+        raise InputError(path, None, f"must be a JSON object, got {json_type(doc)}")
+    if SGLANG_KEY not in doc:
+        raise InputError(path, SGLANG_KEY, "missing (the only key SGLang's init_by_mapping accepts)")
+    extra = sorted(set(doc) - {SGLANG_KEY})
+    if extra:
+        raise InputError(path, extra[0], "unexpected key: SGLang passes every key to init_by_mapping(**...)")
+    table = int_table(doc[SGLANG_KEY], SGLANG_KEY, path)
+    num_rows, physical = table.shape
+    if physical % chiplets:
+        raise InputError(
+            path, SGLANG_KEY, f"{physical} physical slots per layer do not split over {chiplets} devices"
+        )
+    if layer_ids is None:
+        rows = list(range(num_rows))
+    else:
+        rows, _ = with_source(path, lambda: _sglang_model_layers(len(layer_ids), layer_ids, num_rows))
+    n = num_logical(table[rows], experts, SGLANG_KEY, path)
+    devices = np.arange(physical) // (physical // chiplets)  # device d owns slots d*S .. d*S+S-1
+    resident = np.zeros((len(rows), n, chiplets), dtype=bool)
+    for i, row in enumerate(rows):
+        resident[i, table[row], devices] = True
+    return Placement(resident)
+
+
+def _sglang_model_layers(
+    layers: int, layer_ids: Sequence[int] | None, num_model_layers: int | None
+) -> tuple[list[int], int]:
+    """Model layer of each placement layer, and the model's layer count."""
+    if layer_ids is None:
+        if num_model_layers is not None and num_model_layers != layers:
+            raise InputError(
+                None,
+                "num_model_layers",
+                f"is {num_model_layers} but the placement has {layers} layers; pass layer_ids",
+            )
+        return list(range(layers)), layers
+    ids = list(layer_ids)
+    if len(ids) != layers or not all(is_int(x) for x in ids):
+        raise InputError(
+            None, "layer_ids", f"must be {layers} integers (one per placement layer), got {ids!r}"
+        )
+    if any(b <= a for a, b in itertools.pairwise(ids)) or (ids and ids[0] < 0):
+        raise InputError(None, "layer_ids", f"must be non-negative and strictly increasing, got {ids}")
+    total = num_model_layers if num_model_layers is not None else (ids[-1] + 1 if ids else 0)
+    if ids and ids[-1] >= total:
+        raise InputError(None, "layer_ids", f"layer {ids[-1]} is out of range for a {total}-layer model")
+    return ids, total
+
+
+# =========================================================== vLLM-Ascend
+
+
+def write_vllm_ascend(placement: Placement, path: str | Path, *, load: np.ndarray | None = None) -> Path:
+    """Write vLLM-Ascend's `expert_map_path` JSON (`moe_layer_count`, `layer_list`).
+
+    Layers are MoE layers in order (vLLM-Ascend skips dense layers itself);
+    devices are the placement's chiplets; padding follows `device_slots`.
+    """
+    path = Path(path)
+    slots = with_source(path, lambda: device_slots(placement, load, engine="vLLM-Ascend"))
+    doc = {
+        "moe_layer_count": placement.layers,
+        "layer_list": [
+            {
+                "layer_id": li,
+                "device_count": placement.chiplets,
+                "device_list": [
+                    {"device_id": d, "device_expert": slots[li, d].tolist()}
+                    for d in range(placement.chiplets)
+                ],
+            }
+            for li in range(placement.layers)
+        ],
+    }
+    write_json(doc, path)
+    return path
+
+
+def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placement:
+    """Read a vLLM-Ascend expert map back into a Placement (`experts` defaults to largest id + 1)."""
+    path = Path(path)
+    doc = load_json(path, "vLLM-Ascend expert map")
+    if not isinstance(doc, dict):
+        raise InputError(path, None, f"must be a JSON object, got {json_type(doc)}")
+    count = doc.get("moe_layer_count")
+    if not is_int(count) or count < 1:
+        raise InputError(path, "moe_layer_count", f"must be a positive integer, got {count!r}")
+    layer_list = doc.get("layer_list")
+    expect_list(layer_list, count, "layer_list", path, "layers (moe_layer_count)")
+    tables = []
+    devices = slots = None
+    for li, layer in enumerate(layer_list):
+        where = f"layer_list[{li}]"
+        if not isinstance(layer, dict):
+            raise InputError(path, where, f"must be a JSON object, got {json_type(layer)}")
+        for key in ("layer_id", "device_count", "device_list"):
+            if key not in layer:
+                raise InputError(path, f"{where}.{key}", "missing")
+        if not is_int(layer["layer_id"]) or layer["layer_id"] != li:
+            raise InputError(
+                path,
+                f"{where}.layer_id",
+                f"is {layer['layer_id']!r}; vLLM-Ascend reads layers by position, so it must be {li}",
+            )
+        n_dev = layer["device_count"]
+        if not is_int(n_dev) or n_dev < 1:
+            raise InputError(path, f"{where}.device_count", f"must be a positive integer, got {n_dev!r}")
+        if devices is not None and n_dev != devices:
+            raise InputError(path, f"{where}.device_count", f"is {n_dev}, layer 0 has {devices}")
+        devices = n_dev
+        expect_list(layer["device_list"], n_dev, f"{where}.device_list", path, "devices (device_count)")
+        rows = []
+        for d, dev in enumerate(layer["device_list"]):
+            dwhere = f"{where}.device_list[{d}]"
+            if not isinstance(dev, dict):
+                raise InputError(path, dwhere, f"must be a JSON object, got {json_type(dev)}")
+            if not is_int(dev.get("device_id")) or dev["device_id"] != d:
+                raise InputError(
+                    path,
+                    f"{dwhere}.device_id",
+                    f"is {dev.get('device_id')!r}; devices are read by position, so it must be {d}",
+                )
+            ids = dev.get("device_expert")
+            if not isinstance(ids, list) or not ids:
+                raise InputError(path, f"{dwhere}.device_expert", "must be a non-empty list of expert ids")
+            for i, e in enumerate(ids):
+                if not is_int(e) or e < 0:
+                    raise InputError(
+                        path, f"{dwhere}.device_expert[{i}]", f"must be a non-negative integer, got {e!r}"
+                    )
+            if len(set(ids)) != len(ids):
+                dup = next(e for e in ids if ids.count(e) > 1)
+                raise InputError(path, f"{dwhere}.device_expert", f"expert {dup} listed twice on one device")
+            if slots is not None and len(ids) != slots:
+                raise InputError(
+                    path,
+                    f"{dwhere}.device_expert",
+                    f"has {len(ids)} slots, others {slots}: vLLM-Ascend needs equal counts",
+                )
+            slots = len(ids)
+            rows.append(ids)
+        tables.append(rows)
+    table = np.array(tables, dtype=np.int64)  # [layers, devices, slots]
+    n = num_logical(table, experts, "layer_list[*].device_list[*].device_expert", path)
+    resident = np.zeros((count, n, devices), dtype=bool)
+    l_idx, d_idx, _ = np.indices(table.shape)
+    resident[l_idx, table, d_idx] = True
+    return Placement(resident)
+
+
+# ============================================================ load counts

@@ -1,0 +1,129 @@
+"""JSON helpers shared by the placement and load-count formats: validated reads, typed checks,
+atomic and diff-friendly writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from comoe_opt.errors import InputError
+from comoe_opt.files import atomic_path
+
+
+def load_json(path: Path, what: str) -> Any:
+    if not path.exists():
+        raise InputError(path, None, f"no such {what}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            path, None, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+
+
+def int_table(raw: Any, name: str, path: Path) -> np.ndarray:
+    if not isinstance(raw, list) or not raw:
+        raise InputError(path, name, "must be a non-empty list of rows")
+    width = None
+    for r, row in enumerate(raw):
+        if not isinstance(row, list) or not row:
+            raise InputError(path, f"{name}[{r}]", "must be a non-empty list of logical expert ids")
+        if width is not None and len(row) != width:
+            raise InputError(
+                path,
+                f"{name}[{r}]",
+                f"has {len(row)} slots, row 0 has {width}: every layer needs the same count",
+            )
+        width = len(row)
+        for i, x in enumerate(row):
+            if not is_int(x) or x < 0:
+                raise InputError(
+                    path, f"{name}[{r}][{i}]", f"must be a non-negative integer expert id, got {x!r}"
+                )
+    return np.array(raw, dtype=np.int64)
+
+
+def num_logical(table: np.ndarray, experts: int | None, name: str, path: Path) -> int:
+    largest = int(table.max())
+    if experts is None:
+        return largest + 1
+    if largest >= experts:
+        where = tuple(int(i) for i in np.argwhere(table == largest)[0])
+        raise InputError(path, name, f"expert id {largest} at {list(where)} out of range 0..{experts - 1}")
+    return experts
+
+
+def expect_list(value: Any, length: int, where: str, path: Path, what: str) -> None:
+    if not isinstance(value, list):
+        raise InputError(path, where, f"must be a list, got {json_type(value)}")
+    if len(value) != length:
+        raise InputError(path, where, f"has {len(value)} entries, expected {length} {what}")
+
+
+def with_source(path: Path, fn: Any) -> Any:
+    """Run `fn`, attaching `path` to an InputError that names no file."""
+    try:
+        return fn()
+    except InputError as exc:
+        if exc.source is None:
+            raise InputError(path, exc.field, exc.problem) from None
+        raise
+
+
+def plain_json(value: Any, name: str) -> Any:
+    try:
+        return json.loads(json.dumps(value, sort_keys=True, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InputError(None, name, f"not JSON-serialisable: {exc}") from None
+
+
+def write_json(doc: Any, path: Path) -> None:
+    text = _format(doc, 0) + "\n"
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _is_flat(value: Any) -> bool:
+    scalar = (str, int, float, bool, type(None))
+    if isinstance(value, list):
+        return all(isinstance(x, scalar) for x in value)
+    if isinstance(value, dict):
+        return all(isinstance(v, scalar) or (isinstance(v, list) and _is_flat(v)) for v in value.values())
+    return True
+
+
+def _format(value: Any, indent: int) -> str:
+    """JSON with containers of scalars on one line: one line per expert / row / device."""
+    if _is_flat(value) or not value:
+        return json.dumps(value, separators=(", ", ": "), allow_nan=False)
+    pad, inner = "  " * indent, "  " * (indent + 1)
+    if isinstance(value, list):
+        items = [inner + _format(x, indent + 1) for x in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    items = [f"{inner}{json.dumps(k)}: {_format(v, indent + 1)}" for k, v in value.items()]
+    return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+def json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    for kind, label in names.items():
+        if isinstance(value, kind):
+            return label
+    return "a number" if is_number(value) else type(value).__name__

@@ -1,0 +1,72 @@
+"""Planning one window: demand → problem → solve, the one path every caller takes.
+
+`plan_window` is the single owner of turning what the slow loop has seen (a
+window of micro-batches, or load counts) into a placement: the `solve` and
+`gap` verbs, the rolling horizon, the evaluator's runtime and the benchmark
+runs all call it, so they plan the same window the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from comoe_opt.instance import Instance
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import TERMS, ResidencyProblem, residency_problem
+from comoe_opt.residency.solve import solve
+from comoe_opt.results import SolveResult
+from comoe_opt.stats.demand import WindowDemand, window_demand
+from comoe_opt.stats.transitions import TransitionGraph, window_graph
+from comoe_opt.trace.batching import MicroBatches
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A solved window: the result, and the data it was planned on."""
+
+    result: SolveResult[Placement]
+    problem: ResidencyProblem
+    demand: WindowDemand
+    graph: TransitionGraph | None  # None when the demand came from load counts
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.result.solution
+
+
+def plan_window(
+    instance: Instance,
+    history: MicroBatches | WindowDemand,
+    previous: Placement | None = None,
+    leased: np.ndarray | None = None,
+    *,
+    method: str = "milp",
+    terms: frozenset[str] = TERMS,
+    batches: int | None = None,
+    time_limit_s: float | None = None,
+    mip_gap: float | None = None,
+) -> Plan:
+    """Plan residency from `history` (micro-batches, or a demand built from load counts).
+
+    `previous` is the placement serving now (copies are counted against it),
+    `leased` the replicas that must stay, `batches` the micro-batches the plan
+    will serve (default: as many as it was planned on). Time limit and gap
+    default to the instance's policy.
+    """
+    policy = instance.policy
+    graph = None
+    if isinstance(history, MicroBatches):
+        graph = window_graph(history, policy)
+        demand = window_demand(history, policy, graph)
+    else:
+        demand = history
+    problem = residency_problem(instance, demand, previous, leased=leased, terms=terms, batches=batches)
+    result = solve(
+        problem,
+        method,
+        time_limit_s=policy.time_limit_s if time_limit_s is None else time_limit_s,
+        mip_gap=policy.mip_gap if mip_gap is None else mip_gap,
+    )
+    return Plan(result, problem, demand, graph)

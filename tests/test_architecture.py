@@ -1,0 +1,218 @@
+"""The layers of docs/architecture.md, checked on the code's own imports, and the one planning path.
+
+Every module's imports are read with `ast` (imports inside functions count
+too: they are dependencies all the same). The rules: no import cycles,
+nothing imports the CLI, layers only import downwards, the data and
+statistics layers import no solver, and the slow and fast loops never import
+each other (they meet in the planning owner and the evaluator).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.strategies import STRATEGIES
+from comoe_opt.instance import instance_from_table
+from comoe_opt.planning import rolling_horizon
+from comoe_opt.trace import instance_batches
+
+PACKAGE = Path(__file__).resolve().parent.parent / "comoe_opt"
+
+# lowest first; a module may import its own layer's modules and lower layers only
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "results", "schema", "files", "parallel", "highs"),
+    ("instance",),
+    ("docs",),
+    ("trace",),
+    ("stats",),
+    ("residency", "mapping"),
+    ("formats",),
+    ("planning",),
+    ("evaluator",),
+    ("bench",),
+    ("cli",),
+]
+PEERS_APART = {("residency", "mapping"), ("mapping", "residency")}
+NO_SOLVER = ("trace", "stats")
+SOLVERS = ("pyomo", "highspy", "ortools", "comoe_opt.highs", "comoe_opt.residency", "comoe_opt.mapping")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every module `path` imports (absolute names; `from pkg import sub` resolves to pkg.sub)."""
+    out: set[str] = set()
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                out.add(full if full in known else base)
+    return out
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(path, name, known) for name, path in modules.items()}
+
+
+def _top(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer(module: str) -> int:
+    top = _top(module)
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module} is in no layer of docs/architecture.md: add it to LAYERS")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle among the graph's own modules, or None."""
+    internal = {m: sorted(d for d in deps if d in graph and d != m) for m, deps in graph.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(path: list[str]) -> list[str] | None:
+        state[path[-1]] = 1
+        for dep in internal[path[-1]]:
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (cycle := visit([*path, dep])):
+                return cycle
+        state[path[-1]] = 2
+        return None
+
+    for module in sorted(internal):
+        if module not in state and (cycle := visit([module])):
+            return cycle
+    return None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that point up the layers, or between the slow and the fast loop."""
+    wrong = []
+    for module, deps in graph.items():
+        for dep in deps:
+            if module == "comoe_opt" or not dep.startswith("comoe_opt.") or _top(dep) == _top(module):
+                continue
+            if _layer(dep) > _layer(module) or (_top(module), _top(dep)) in PEERS_APART:
+                wrong.append(f"{module} -> {dep}")
+    return sorted(wrong)
+
+
+def solver_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a solver (or of the loops that call one) from the data and statistics layers."""
+    return sorted(
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if _top(m) in NO_SOLVER
+        for d in deps
+        if any(d == s or d.startswith(s + ".") for s in SOLVERS)
+    )
+
+
+def test_every_module_has_a_layer(graph):
+    for module in graph:
+        if module != "comoe_opt":
+            _layer(module)
+
+
+def test_no_import_cycles(graph):
+    assert find_cycle(graph) is None
+
+
+def test_layers_point_one_way(graph):
+    assert layer_violations(graph) == []
+
+
+def test_nothing_imports_the_cli(graph):
+    users = [m for m, deps in graph.items() if _top(m) != "cli" and any(_top(d) == "cli" for d in deps)]
+    assert users == []
+
+
+def test_data_and_statistics_import_no_solver(graph):
+    assert solver_imports(graph) == []
+
+
+def test_the_checks_catch_violations():
+    cycle = {"comoe_opt.a.x": {"comoe_opt.a.y"}, "comoe_opt.a.y": {"comoe_opt.a.x"}}
+    assert find_cycle(cycle) == ["comoe_opt.a.x", "comoe_opt.a.y", "comoe_opt.a.x"]
+    upward = {"comoe_opt.trace.io": {"comoe_opt.planning.window", "pyomo.environ"}}
+    assert layer_violations(upward) == ["comoe_opt.trace.io -> comoe_opt.planning.window"]
+    assert solver_imports(upward) == ["comoe_opt.trace.io -> pyomo.environ"]
+    peers = {"comoe_opt.mapping.gap": {"comoe_opt.residency.placement"}}
+    assert layer_violations(peers) == ["comoe_opt.mapping.gap -> comoe_opt.residency.placement"]
+
+
+# ------------------------------------------------------- one planning path
+
+SMALL = {
+    "name": "small",
+    "model": {"layers": 3, "experts_per_layer": 8, "top_k": 2, "page_gb": 1.0, "hidden_size": 64,
+              "bytes_per_element": 2},
+    "hardware": {"chiplets": 4, "capacity_gb": 8, "local_bandwidth_gb_s": 2000, "peak_tflops": 200,
+                 "d2d_bandwidth_gb_s": 512, "nop_hops": [1, 1, 2, 2], "hop_latency_ns": 20,
+                 "prefetch_buffer_gb": 2},
+    "trace": {"kind": "synthetic", "zipf_alpha": 1.1, "rho": 0.65, "drift_every": 20, "tokens_per_batch": 16,
+              "micro_batches": 80, "seed": 3},
+    "policy": {"window_batches": 20, "lease_windows": 2, "balance_scenarios": 4},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["comoe", "hot", "eplb", "single-scale"])
+def test_evaluate_uses_the_placements_solve_rolling_plans(name):
+    """The runtime plans through the rolling horizon: the placements it used, window by window,
+    are exactly those `solve --rolling` plans with the strategy's method and terms."""
+    instance = instance_from_table(SMALL, "small.toml")
+    batches = instance_batches(instance)
+    strategy = STRATEGIES[name]
+    used = replay(instance, batches, strategy).placements
+    planned = list(
+        rolling_horizon(
+            strategy.planning_instance(instance), batches, strategy.residency, terms=strategy.terms
+        )
+    )
+    assert [w for w, _ in used] == [p.window for p in planned]
+    for (_, placement), plan in zip(used, planned, strict=True):
+        assert np.array_equal(placement.resident, plan.placement.resident)
+
+
+def test_comoe_plans_what_solve_rolling_prints(cli, tmp_path):
+    """CoMoE's plans are `solve --rolling --method milp` on the same instance (leases included)."""
+    import tomli_w
+
+    path = tmp_path / "small.toml"
+    path.write_text(tomli_w.dumps(SMALL), encoding="utf-8")
+    instance = instance_from_table(SMALL, path)
+    used = replay(instance, instance_batches(instance), STRATEGIES["comoe"]).placements
+    rows = cli("solve", path, "--rolling", "--json").json()["windows"]
+    assert len(rows) == len(used) == 4
+    for (_, placement), row in zip(used, rows, strict=True):
+        assert row["pages"] == placement.pages and row["distinct_experts"] == placement.distinct
+    assert [r["pages_moved"] for r in rows[1:]] == [
+        b.pages_moved_from(a) for (_, a), (_, b) in itertools.pairwise(used)
+    ]
