@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test docs bench clean
+.PHONY: run test docs bench calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ test: $(STAMP)
 docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
 	$(BIN)/python -m comoe_opt.docs docs/instances.md
 
+# every benchmark script; each writes its table to benchmarks/results/ with the machine it ran on
+BENCHMARKS := bench_tracegen bench_mapping bench_residency bench_scenarios bench_runner real_trace
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_tracegen.py
+	set -e; for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
+
+calibrate: $(STAMP)  # the paper baseline's one calibration, on the static strategy
+	$(BIN)/python benchmarks/calibrate_static.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

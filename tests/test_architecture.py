@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import small_table
 
 from comoe_opt.evaluator.runtime import replay
 from comoe_opt.evaluator.strategies import STRATEGIES
@@ -170,24 +171,22 @@ def test_the_checks_catch_violations():
 
 # ------------------------------------------------------- one planning path
 
-SMALL = {
-    "name": "small",
-    "model": {"layers": 3, "experts_per_layer": 8, "top_k": 2, "page_gb": 1.0, "hidden_size": 64,
-              "bytes_per_element": 2},
-    "hardware": {"chiplets": 4, "capacity_gb": 8, "local_bandwidth_gb_s": 2000, "peak_tflops": 200,
-                 "d2d_bandwidth_gb_s": 512, "nop_hops": [1, 1, 2, 2], "hop_latency_ns": 20,
-                 "prefetch_buffer_gb": 2},
-    "trace": {"kind": "synthetic", "zipf_alpha": 1.1, "rho": 0.65, "drift_every": 20, "tokens_per_batch": 16,
-              "micro_batches": 80, "seed": 3},
-    "policy": {"window_batches": 20, "lease_windows": 2, "balance_scenarios": 4},
-}  # fmt: skip
+
+def small_instance_table() -> dict:
+    """The shared small instance, with room for replicas, leases and balance scenarios."""
+    table = small_table()
+    table["hardware"]["capacity_gb"] = 8
+    table["trace"].update(micro_batches=16, drift_every=4)  # the hot set moves every window
+    # cheap copies: without the leases the plans of later windows would differ
+    table["policy"].update(lease_windows=2, balance_scenarios=2, migration_weight=0.2)
+    return table
 
 
 @pytest.mark.parametrize("name", ["comoe", "hot", "eplb", "single-scale"])
 def test_evaluate_uses_the_placements_solve_rolling_plans(name):
     """The runtime plans through the rolling horizon: the placements it used, window by window,
     are exactly those `solve --rolling` plans with the strategy's method and terms."""
-    instance = instance_from_table(SMALL, "small.toml")
+    instance = instance_from_table(small_instance_table(), "small.toml")
     batches = instance_batches(instance)
     strategy = STRATEGIES[name]
     used = replay(instance, batches, strategy).placements
@@ -206,8 +205,8 @@ def test_comoe_plans_what_solve_rolling_prints(cli, tmp_path):
     import tomli_w
 
     path = tmp_path / "small.toml"
-    path.write_text(tomli_w.dumps(SMALL), encoding="utf-8")
-    instance = instance_from_table(SMALL, path)
+    path.write_text(tomli_w.dumps(small_instance_table()), encoding="utf-8")
+    instance = instance_from_table(small_instance_table(), path)
     used = replay(instance, instance_batches(instance), STRATEGIES["comoe"]).placements
     rows = cli("solve", path, "--rolling", "--json").json()["windows"]
     assert len(rows) == len(used) == 4
