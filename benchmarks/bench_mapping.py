@@ -286,7 +286,7 @@ def render(timing: list[dict], reports: dict[str, GapReport], args: argparse.Nam
         " (hottest experts of the first 100 micro-batches, round-robin, replicas with the slots left)."
         " Paper baseline: 4 page slots per chiplet and layer (32 for 64 experts: half the experts are loaded"
         " on demand). GPT-OSS-20B: decode steps of 64 sequences, paper hardware, 40 slots for 32 experts"
-        " (DESIGN §3.1).",
+        ", the reference setting of the real-trace results.",
         "",
         agreement_table(reports),
     ]

@@ -3,7 +3,7 @@
 Runs `evaluate` on all 3,133 decode steps and writes
 `benchmarks/results/real-gptoss20b.md`: latency, balance, and the per-(step,
 layer) P95 token imbalance (max / mean expert-token load over devices) beside
-the orientation values measured on the same batching (DESIGN §3.1).
+the reference values measured on the same batching (EPLB re-planned, EPLB planned once, an oracle).
 
     .venv/bin/python benchmarks/real_trace.py [--jobs 2]
 """
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines += [
         "",
-        "Orientation (DESIGN §3.1, same batching): EPLB re-planned every 32 steps on the last 128 — even"
+        "Reference values (measured on the same batching): EPLB re-planned every 32 steps on the last 128 — even"
         " split 1.38, optimal routing 1.19; planned once on other sequences — 1.66 and 1.44; an oracle"
         " planning on the step itself — 1.03. Target for CoMoE: <= 1.15.",
         "",
