@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     lines += [
         "",
-        "Reference values (measured on the same batching): EPLB re-planned every 32 steps on the last 128 — even"
-        " split 1.38, optimal routing 1.19; planned once on other sequences — 1.66 and 1.44; an oracle"
-        " planning on the step itself — 1.03. Target for CoMoE: <= 1.15.",
+        "Reference values (measured on the same batching): EPLB re-planned every 32 steps on the last"
+        " 128 — even split 1.38, optimal routing 1.19; planned once on other sequences — 1.66 and"
+        " 1.44; an oracle planning on the step itself — 1.03. Target for CoMoE: <= 1.15.",
         "",
         describe(),
         "",
