@@ -20,6 +20,7 @@ class Status(StrEnum):
     OPTIMAL = "optimal"  # proven within the requested gap
     TIME_LIMIT = "time_limit"  # stopped by the time limit; incumbent and bound returned
     FEASIBLE = "feasible"  # a solution without a proof (heuristics, node/iteration limits)
+    NO_SOLUTION = "no_solution"  # the method found no feasible solution (the problem may have one)
     INFEASIBLE = "infeasible"
     UNBOUNDED = "unbounded"
     ERROR = "error"
@@ -29,11 +30,23 @@ class Status(StrEnum):
         return self in (Status.OPTIMAL, Status.TIME_LIMIT, Status.FEASIBLE)
 
 
-def relative_gap(objective: float, bound: float) -> float:
-    """|objective − bound| / max(|objective|, tiny): HiGHS's definition for minimisation."""
+BOUND_TOLERANCE = 1e-6  # relative: solver round-off a bound may show above the objective
+
+
+class BoundError(RuntimeError):
+    """A proven bound above a feasible objective: a bug in a model or a cut, never a result."""
+
+
+def relative_gap(objective: float, bound: float, constant: float = 0.0) -> float:
+    """(objective − bound) / |objective − constant|, signed, for minimisation.
+
+    `constant` is the part of the objective no solution can change; the gap
+    is measured on the rest (with 0, HiGHS's definition). A negative gap
+    means the bound exceeds the objective.
+    """
     if not (math.isfinite(objective) and math.isfinite(bound)):
         return math.inf
-    return abs(objective - bound) / max(abs(objective), 1e-9)
+    return (objective - bound) / max(abs(objective - constant), 1e-9)
 
 
 @dataclass(frozen=True)
@@ -41,9 +54,14 @@ class SolveResult(Generic[S]):
     """Status, objective, bound, gap and wall time of one method on one instance.
 
     `bound` is a proven lower bound on the optimum (minimisation); methods that
-    prove nothing report `-inf`, and `gap` is then `inf`. `solution` is the
-    method's output (a placement, a token mapping); `report` holds
-    solver-specific details (node count, LP bound, term breakdown).
+    prove nothing report `-inf`, and `gap` is then `inf`. `constant` is the
+    part of the objective that no solution can change (e.g. the least
+    possible NoP); `gap` is measured on the rest. `solution` is the method's
+    output (a placement, a token mapping); `report` holds solver-specific
+    details (node count, LP bound, term breakdown).
+
+    A bound above the objective (beyond round-off) raises `BoundError`: it
+    would be a wrong proof.
     """
 
     method: str
@@ -53,10 +71,21 @@ class SolveResult(Generic[S]):
     runtime_s: float
     solution: S | None = None
     report: dict[str, Any] = field(default_factory=dict)
+    constant: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.status.has_solution and math.isfinite(self.objective) and math.isfinite(self.bound)):
+            return
+        if self.bound > self.objective + BOUND_TOLERANCE * max(1.0, abs(self.objective)):
+            raise BoundError(
+                f"{self.method}: bound {self.bound!r} above the objective {self.objective!r} "
+                f"of a {self.status.value} solution"
+            )
 
     @property
     def gap(self) -> float:
-        return relative_gap(self.objective, self.bound)
+        """Signed relative gap on the part of the objective a solution can change."""
+        return relative_gap(self.objective, self.bound, self.constant)
 
     def summary(self) -> str:
         gap = "-" if math.isinf(self.gap) else f"{100 * self.gap:.3f}%"
@@ -76,6 +105,7 @@ class SolveResult(Generic[S]):
             "objective": finite(self.objective),
             "bound": finite(self.bound),
             "gap": finite(self.gap),
+            "constant": self.constant,
             "runtime_s": self.runtime_s,
             "report": self.report,
         }

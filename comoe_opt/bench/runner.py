@@ -174,7 +174,7 @@ def estimated_cost(spec: RunSpec) -> float:
     selections = model["layers"] * batches * trace["tokens_per_batch"] * model["top_k"]
     if spec.kind == "evaluate":  # simulates every micro-batch; flow mapping costs about twice as much
         return selections * (3.0 if spec.method in ("static", "hot", "transition", "eplb") else 7.0)
-    weight = {"full": 300.0, "milp": 30.0, "lp": 15.0}.get(spec.method, 1.0)
+    weight = {"full": 300.0, "exact": 300.0, "milp": 30.0, "lp": 15.0}.get(spec.method, 1.0)
     return 0.1 * selections + weight * size
 
 

@@ -1,7 +1,8 @@
 """A simple built-in placement for the fast loop's gap report, when no placement is given.
 
-Per layer, each chiplet gets `floor(capacity / page) // layers` page slots.
-The experts of a profiling window are taken hottest first and spread
+Per layer, each chiplet gets `floor(capacity / page) // layers` page slots,
+trimmed (largest first) to the replica budget's share of the layer,
+`policy.replica_budget_pages // layers`. The experts of a profiling window are taken hottest first and spread
 round-robin over the chiplets, one copy each, while slots last; slots that
 are left over then hold extra replicas of the hottest experts, again
 round-robin, on chiplets that do not hold them yet. Deterministic: ties go to
@@ -18,8 +19,14 @@ from comoe_opt.trace.model import selection_counts
 
 
 def slots_per_layer(instance: Instance, layers: int) -> np.ndarray:
-    """[C] page slots each chiplet gives one layer (its capacity split evenly over layers)."""
-    return instance.capacity_pages // layers
+    """[C] page slots each chiplet gives one layer: its capacity split evenly over layers, and
+    no more slots per layer than the replica budget allows (taken from the largest first)."""
+    slots = instance.capacity_pages // layers
+    budget = instance.policy.replica_budget_pages
+    if budget:
+        for _ in range(max(0, int(slots.sum()) - budget // layers)):
+            slots[int(np.argmax(slots))] -= 1
+    return slots
 
 
 def default_placement(instance: Instance, batches: MicroBatches, profile_batches: int = 0) -> np.ndarray:

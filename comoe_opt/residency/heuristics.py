@@ -15,7 +15,8 @@
   to the action with the largest gain per page, where a first replica gains
   the expected on-demand load time it removes (already discounted for what
   prefetch hides: the transition graph's coupling) minus its copy time, and
-  an extra replica gains the balance it buys.
+  an extra replica gains the balance it buys; pages left over then hold
+  flexible replicas of the experts with the largest peak load (fill.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import heapq
 import numpy as np
 
 from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.fill import fill_spare
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -58,26 +60,32 @@ def hot(problem: ResidencyProblem) -> Placement:
 
 def eplb(problem: ResidencyProblem) -> Placement:
     """EPLB's replicate-then-pack, per layer. Each device gives every layer the same
-    number of slots, `capacity // layers`, as an EP deployment does."""
+    number of slots, `capacity // layers`, as an EP deployment does. Leased replicas stay
+    where they are and count against their layer's slots."""
     slots = problem.capacity_pages // problem.layers
     per_layer = int(min(slots.sum(), problem.budget_pages // problem.layers))
+    leased = problem.leased_replicas()
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     for layer in range(problem.layers):
-        counts[layer] = _eplb_replicate(problem.tokens[layer], per_layer, problem.max_replicas)
+        counts[layer] = _eplb_replicate(problem.tokens[layer], per_layer, problem.max_replicas, leased[layer])
     counts = _respect_quotas(problem, counts)
     return Placement(
         np.stack([_eplb_pack(problem, layer, counts[layer], slots) for layer in range(problem.layers)])
     )
 
 
-def _eplb_replicate(load: np.ndarray, slots: int, max_replicas: int) -> np.ndarray:
-    """One replica per expert, then one more for the largest load per replica, until the slots are used."""
-    counts = np.zeros(load.size, dtype=np.int64)
+def _eplb_replicate(load: np.ndarray, slots: int, max_replicas: int, floor: np.ndarray) -> np.ndarray:
+    """One replica per expert, then one more for the largest load per replica, until the slots are
+    used; never fewer than `floor` (leased) replicas."""
+    counts = floor.astype(np.int64).copy()
     if slots < load.size:  # not every expert fits: the most loaded ones do
-        counts[np.argsort(-load, kind="stable")[:slots]] = 1
+        for e in np.argsort(-load, kind="stable"):
+            if counts.sum() >= slots:
+                break
+            counts[e] = max(counts[e], 1)
         return counts
-    counts[:] = 1
-    for _ in range(slots - load.size):
+    counts = np.maximum(counts, 1)
+    for _ in range(slots - int(counts.sum())):
         ratio = np.where(counts < max_replicas, load / counts, -1.0)
         best = int(np.argmax(ratio))
         if ratio[best] < 0:
@@ -87,13 +95,17 @@ def _eplb_replicate(load: np.ndarray, slots: int, max_replicas: int) -> np.ndarr
 
 
 def _eplb_pack(problem: ResidencyProblem, layer: int, counts: np.ndarray, slots: np.ndarray) -> np.ndarray:
-    """Balanced packing: heaviest replica first onto the least loaded device with a free slot."""
-    load = np.zeros(problem.chiplets)
-    used = np.zeros(problem.chiplets, dtype=np.int64)
+    """Balanced packing: leased replicas where they are, then the heaviest replica first onto the
+    least loaded device with a free slot."""
+    tokens = problem.tokens[layer]
     out = np.zeros((problem.experts, problem.chiplets), dtype=bool)
-    pieces = [
-        (-problem.tokens[layer, e] / counts[e], e) for e in np.flatnonzero(counts) for _ in range(counts[e])
-    ]
+    if problem.leased is not None:
+        out |= problem.leased[layer]
+    share = np.where(counts > 0, tokens / np.maximum(counts, 1), 0.0)
+    used = out.sum(axis=0)
+    load = (out * share[:, None]).sum(axis=0)
+    missing = counts - out.sum(axis=1)
+    pieces = [(-share[e], e) for e in np.flatnonzero(missing > 0) for _ in range(missing[e])]
     for neg_load, e in sorted(pieces):
         open_ = np.flatnonzero((used < slots) & ~out[e])
         if open_.size == 0:
@@ -148,7 +160,8 @@ def greedy(problem: ResidencyProblem) -> Placement:
         g = gain(layer, e)
         if g > 0:
             heapq.heappush(heap, (-g, layer, e))
-    return assign_replicas(problem, counts)
+    # pages the gains leave unused hold flexible replicas: they never raise the objective (fill.py)
+    return fill_spare(problem, assign_replicas(problem, counts))
 
 
 HEURISTICS = {"static": static, "hot": hot, "eplb": eplb, "greedy": greedy}

@@ -19,6 +19,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.shares import share_lp
 
 
 def useful_replicas(problem: ResidencyProblem) -> np.ndarray:
@@ -63,7 +64,10 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
     m.LEJ = pyo.Set(initialize=[(l, e, j) for l, e in m.LE for j in range(1, int(jmax[l, e]) + 1)], dimen=3)
     m.L = pyo.RangeSet(0, problem.layers - 1)
     m.w = pyo.Var(m.LEJ, domain=pyo.Binary)
-    m.z = pyo.Var(m.L, bounds=lambda _, l: (float(floor[l]), None))
+    # with scenarios, balance is the scenarios' mean makespan and only their own cuts hold:
+    # the mean load's floor and cuts need related chiplet speeds (Jensen) and are implied then
+    mean_load = not problem.scenarios
+    m.z = pyo.Var(m.L, bounds=lambda _, l: (float(floor[l]) if mean_load else 0.0, None))
 
     def one_count(m, l, e):
         chosen = sum(m.w[l, e, j] for j in _js(jmax, l, e))
@@ -75,7 +79,7 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         return sum(j * m.w[l, e, j] for j in _js(jmax, l, e))
 
     # slowest chiplet: an expert with j replicas puts at least work/j on one chiplet
-    heavy = [(l, e) for l, e in m.LE if piece[l, e] > floor[l] * (1 + 1e-9)]
+    heavy = [(l, e) for l, e in m.LE if mean_load and piece[l, e] > floor[l] * (1 + 1e-9)]
     m.makespan = pyo.Constraint(
         pyo.Set(initialize=heavy, dimen=2),
         rule=lambda m, l, e: m.z[l] >= sum(piece[l, e] / j * m.w[l, e, j] for j in _js(jmax, l, e)),
@@ -103,8 +107,8 @@ def build_replica_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
     miss = sum(
         float(problem.miss_ms[l, e]) * (1 - sum(m.w[l, e, j] for j in _js(jmax, l, e))) for l, e in m.LE
     )
-    nop_floor = float(problem.tokens.sum() * problem.nop_ms_per_token.min())
-    m.obj = pyo.Objective(expr=W * (sum(m.z[l] for l in m.L) + miss + nop_floor) + copies, sense=pyo.minimize)
+    # the least NoP (problem.constant_ms) is left out: HiGHS's gap is then on what a placement changes
+    m.obj = pyo.Objective(expr=W * (sum(m.z[l] for l in m.L) + miss) + copies, sense=pyo.minimize)
     m.jmax = jmax  # kept for reading the solution
     return m
 
@@ -188,8 +192,6 @@ def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
     m.L, m.E, m.C = pyo.RangeSet(0, L - 1), pyo.RangeSet(0, E - 1), pyo.RangeSet(0, C - 1)
     m.x = pyo.Var(m.L, m.E, m.C, domain=pyo.Binary)
     m.u = pyo.Var(m.L, m.E, domain=pyo.Binary)
-    m.s = pyo.Var(m.L, m.E, m.C, bounds=(0, 1))
-    m.z = pyo.Var(m.L, domain=pyo.NonNegativeReals)
     m.capacity = pyo.Constraint(
         m.C, rule=lambda m, c: sum(m.x[l, e, c] for l in m.L for e in m.E) <= int(problem.capacity_pages[c])
     )
@@ -202,16 +204,10 @@ def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         for var in m.u.values():
             var.fix(1)
     m.any_copy = pyo.Constraint(m.L, m.E, m.C, rule=lambda m, l, e, c: m.x[l, e, c] <= m.u[l, e])
-    m.split = pyo.Constraint(m.L, m.E, rule=lambda m, l, e: sum(m.s[l, e, c] for c in m.C) == 1)
-    # a resident expert runs only on its replicas; a non-resident one anywhere
-    m.on_replica = pyo.Constraint(
-        m.L, m.E, m.C, rule=lambda m, l, e, c: m.s[l, e, c] <= m.x[l, e, c] + 1 - m.u[l, e]
-    )
-    m.makespan = pyo.Constraint(
-        m.L,
-        m.C,
-        rule=lambda m, l, c: sum(float(problem.work_ms[l, e, c]) * m.s[l, e, c] for e in m.E) <= m.z[l],
-    )
+    if problem.scenarios:
+        balance, nop = _scenario_balance(m, problem)
+    else:
+        balance, nop = _mean_load_balance(m, problem)
     if problem.leased is not None:
         for l, e, c in zip(*np.nonzero(problem.leased), strict=True):
             m.x[l, e, c].fix(1)
@@ -230,17 +226,65 @@ def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
         )
     prev = problem.previous.resident if problem.previous is not None else np.zeros((L, E, C), dtype=bool)
     copies = sum(m.x[l, e, c] for l in m.L for e in m.E for c in m.C if not prev[l, e, c])
-    nop = sum(
-        float(problem.nop_ms_per_token[c] * problem.tokens[l, e]) * m.s[l, e, c]
-        for l in m.L
-        for e in m.E
-        for c in m.C
-    )
     miss = sum(float(problem.miss_ms[l, e]) * (1 - m.u[l, e]) for l in m.L for e in m.E)
-    m.obj = pyo.Objective(
-        expr=W * (sum(m.z.values()) + miss + nop) + problem.copy_ms * copies, sense=pyo.minimize
-    )
+    m.obj = pyo.Objective(expr=W * (balance + miss + nop) + problem.copy_ms * copies, sense=pyo.minimize)
     return m
+
+
+def _mean_load_balance(m: pyo.ConcreteModel, problem: ResidencyProblem) -> tuple[object, object]:
+    """Token shares s[l,e,c] of the mean load: balance Σ_l z_l and NoP on those shares."""
+    m.s = pyo.Var(m.L, m.E, m.C, bounds=(0, 1))
+    m.z = pyo.Var(m.L, domain=pyo.NonNegativeReals)
+    m.split = pyo.Constraint(m.L, m.E, rule=lambda m, l, e: sum(m.s[l, e, c] for c in m.C) == 1)
+    # a resident expert runs only on its replicas; a non-resident one anywhere
+    m.on_replica = pyo.Constraint(
+        m.L, m.E, m.C, rule=lambda m, l, e, c: m.s[l, e, c] <= m.x[l, e, c] + 1 - m.u[l, e]
+    )
+    m.makespan = pyo.Constraint(
+        m.L,
+        m.C,
+        rule=lambda m, l, c: sum(float(problem.work_ms[l, e, c]) * m.s[l, e, c] for e in m.E) <= m.z[l],
+    )
+    extra = _extra_nop(problem)
+    nop = sum(float(extra[c] * problem.tokens[l, e]) * m.s[l, e, c] for l in m.L for e in m.E for c in m.C)
+    return sum(m.z.values()), nop
+
+
+def _scenario_balance(m: pyo.ConcreteModel, problem: ResidencyProblem) -> tuple[object, object]:
+    """Each scenario routed at its best: shares t[l,s,e,c] per scenario, balance the mean of the
+    scenarios' makespans z[l,s]; NoP sends every token to its expert's nearest replica (y)."""
+    work = problem.scenario_work_ms
+    S = problem.scenarios
+    busy = [(l, s, e) for l in m.L for s in range(S) for e in m.E if work[s, l, e].max() > 0]
+    m.LSE = pyo.Set(initialize=busy, dimen=3)
+    m.t = pyo.Var(m.LSE, m.C, bounds=(0, 1))
+    m.zs = pyo.Var(m.L, range(S), domain=pyo.NonNegativeReals)
+    m.split = pyo.Constraint(m.LSE, rule=lambda m, l, s, e: sum(m.t[l, s, e, c] for c in m.C) == 1)
+    m.on_replica = pyo.Constraint(
+        m.LSE, m.C, rule=lambda m, l, s, e, c: m.t[l, s, e, c] <= m.x[l, e, c] + 1 - m.u[l, e]
+    )
+    by_layer: dict[tuple[int, int], list[int]] = {}
+    for l, s, e in busy:
+        by_layer.setdefault((l, s), []).append(e)
+    m.makespan = pyo.Constraint(
+        pyo.Set(initialize=[(l, s, c) for (l, s) in by_layer for c in m.C], dimen=3),
+        rule=lambda m, l, s, c: (
+            sum(float(work[s, l, e, c]) * m.t[l, s, e, c] for e in by_layer[l, s]) <= m.zs[l, s]
+        ),
+    )
+    m.y = pyo.Var(m.L, m.E, m.C, bounds=(0, 1))
+    m.nearest = pyo.Constraint(m.L, m.E, rule=lambda m, l, e: sum(m.y[l, e, c] for c in m.C) == 1)
+    m.y_on_replica = pyo.Constraint(
+        m.L, m.E, m.C, rule=lambda m, l, e, c: m.y[l, e, c] <= m.x[l, e, c] + 1 - m.u[l, e]
+    )
+    extra = _extra_nop(problem)
+    nop = sum(float(extra[c] * problem.tokens[l, e]) * m.y[l, e, c] for l in m.L for e in m.E for c in m.C)
+    return sum(m.zs.values()) / S, nop
+
+
+def _extra_nop(problem: ResidencyProblem) -> np.ndarray:
+    """NoP per token beyond the least (the least is `problem.constant_ms`, left out of the models)."""
+    return problem.nop_ms_per_token - problem.nop_ms_per_token.min()
 
 
 def set_full_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np.ndarray) -> None:
@@ -253,15 +297,43 @@ def set_full_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np
     for (l, e), var in m.u.items():
         if not var.fixed:
             var.set_value(float(resident[l, e].any()))
+    if problem.scenarios:
+        _set_scenario_start(m, problem, resident)
+        return
     for l in range(problem.layers):
         z, _, shares = layer_shares(problem, resident[l], l)
         m.z[l].set_value(z)
         for e in range(problem.experts):
-            row = shares[e] if shares[e].sum() > 0 else np.full(problem.chiplets, 1.0 / problem.chiplets)
-            if resident[l, e].any() and shares[e].sum() == 0:
-                row = resident[l, e] / resident[l, e].sum()
+            row = _start_row(shares[e], resident[l, e])
             for c in range(problem.chiplets):
                 m.s[l, e, c].set_value(float(row[c]))
+
+
+def _start_row(shares: np.ndarray, resident: np.ndarray) -> np.ndarray:
+    """An expert's shares as a feasible start: its LP shares, else spread over its replicas (or all)."""
+    if shares.sum() > 0:
+        return shares
+    if resident.any():
+        return resident / resident.sum()
+    return np.full(resident.size, 1.0 / resident.size)
+
+
+def _set_scenario_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np.ndarray) -> None:
+    for l in range(problem.layers):
+        for s in range(problem.scenarios):
+            z, _, shares = share_lp(problem.scenario_work_ms[s, l], resident[l])
+            m.zs[l, s].set_value(z)
+            for e in range(problem.experts):
+                if (l, s, e) in m.LSE:
+                    row = _start_row(shares[e], resident[l, e])
+                    for c in range(problem.chiplets):
+                        m.t[l, s, e, c].set_value(float(row[c]))
+        nop = np.where(resident[l], problem.nop_ms_per_token[None, :], np.inf)
+        nop = np.where(resident[l].any(axis=1, keepdims=True), nop, problem.nop_ms_per_token[None, :])
+        nearest = nop.argmin(axis=1)
+        for (l2, e, c), var in m.y.items():
+            if l2 == l:
+                var.set_value(float(c == nearest[e]))
 
 
 def full_model_placement(m: pyo.ConcreteModel, problem: ResidencyProblem) -> np.ndarray:

@@ -74,6 +74,15 @@ class ResidencyProblem:
         """Balance scenarios (0: balance is scored on the mean load)."""
         return 0 if self.scenario_work_ms is None else self.scenario_work_ms.shape[0]
 
+    @property
+    def constant_ms(self) -> float:
+        """The part of the window objective no placement changes: every token's least NoP."""
+        return float(
+            self.batches
+            * self.tokens.sum()
+            * (self.nop_ms_per_token.min() if self.nop_ms_per_token.size else 0.0)
+        )
+
     def has(self, term: str) -> bool:
         return term in self.terms
 
