@@ -24,7 +24,7 @@ docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
 	$(BIN)/python -m comoe_opt.docs docs/instances.md
 
 # every benchmark script; each writes its table to benchmarks/results/ with the machine it ran on
-BENCHMARKS := bench_tracegen bench_mapping bench_residency bench_scenarios bench_runner real_trace
+BENCHMARKS := bench_tracegen bench_mapping bench_residency bench_scenarios bench_runner real_trace scenario_sampling
 
 bench: $(STAMP)
 	set -e; for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from comoe_opt.mapping.placement import default_placement
+from comoe_opt.residency.cuts import cut_model_applies
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
@@ -97,7 +98,7 @@ def test_unrelated_speeds_do_not_lift_the_bound_above_the_optimum():
         assert r.objective == pytest.approx(optimum, rel=1e-6), method
 
 
-def test_full_with_scenarios_solves_the_scenario_objective():
+def test_full_and_exact_solve_the_scenario_objective():
     # two bursty experts: on the mean load one replica each is even; on the scenarios the burster
     # needs its second replica
     work = np.array([[[8.0, 0.0, 1.0]], [[0.0, 8.0, 1.0]]])
@@ -105,9 +106,26 @@ def test_full_with_scenarios_solves_the_scenario_objective():
     p = with_scenarios(make_problem(miss=[[0, 0, 0]], work=[[4, 4, 1]], capacity=[3, 3],
                                     all_resident=True), work)  # fmt: skip
     optimum, _ = brute_force(p)
-    r = solve(p, "full", mip_gap=0.0)
-    assert r.status is Status.OPTIMAL
-    assert r.objective == pytest.approx(optimum) and r.bound <= optimum + TOL
+    for method in ("full", "exact"):
+        r = solve(p, method, mip_gap=0.0)
+        assert r.status is Status.OPTIMAL, method
+        assert r.objective == pytest.approx(optimum) and r.bound <= optimum + TOL, method
+
+
+def test_exact_sees_which_experts_share_a_chiplet():
+    # three equal experts, room for two on chiplet 0 and one on chiplet 1: two must share, so the
+    # makespan is 8; the replica-count bound sees only the even split (6) and the largest expert (4)
+    work = np.full((1, 1, 3, 2), 4.0)
+    p = with_scenarios(
+        make_problem(miss=[[0, 0, 0]], work=[[4, 4, 4]], capacity=[2, 1], all_resident=True), work
+    )
+    milp = solve(p, "milp", mip_gap=0.0)
+    assert milp.report["replica_model_objective"] == pytest.approx(6.0)
+    assert milp.bound == pytest.approx(8.0)  # the full model's, on an instance this small
+    exact = solve(p, "exact", mip_gap=0.0)
+    assert exact.status is Status.OPTIMAL
+    assert exact.objective == pytest.approx(8.0) and exact.bound == pytest.approx(8.0)
+    assert exact.report["cut_rounds"] >= 1
 
 
 @pytest.mark.parametrize("capacity", [[4, 1, 1], [5, 3], [7, 1]])
@@ -219,7 +237,7 @@ def test_bound_below_optimum_below_every_method(p):
     optimum, _ = brute_force(p)
     assert np.isfinite(optimum)  # the empty placement, or the generator's, is always feasible
     scale = max(1.0, abs(optimum))
-    results = {m: solve(p, m, mip_gap=0.0) for m in ("milp", "full")}
+    results = {m: solve(p, m, mip_gap=0.0) for m in ("milp", "exact", "full")}
     results["lp"] = solve(p, "lp")
     assert results["lp"].bound <= optimum + TOL * scale
     for name, r in results.items():
@@ -231,7 +249,10 @@ def test_bound_below_optimum_below_every_method(p):
         assert not check_feasible(p, r.solution), name
         if r.status is Status.OPTIMAL:
             assert r.objective <= optimum + TOL * scale, f"{name} says optimal"
-    assert results["full"].status is Status.OPTIMAL  # no time limit: the exact model closes
+    assert results["full"].status is Status.OPTIMAL  # the exact model closes on tiny instances
+    if cut_model_applies(p):
+        assert results["exact"].status is Status.OPTIMAL  # row generation closes too
+        assert results["exact"].report["cut_rounds"] is None or results["exact"].report["cut_rounds"] >= 1
     for name in HEURISTICS:
         h = solve(p, name)
         if h.status.has_solution:

@@ -107,6 +107,10 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         label="EPLB + flow routing",
     ),
+    # CoMoE planning each window with the exact scenario model (to the gap or policy.time_limit_s)
+    "comoe-exact": dataclasses.replace(
+        COMOE, name="comoe-exact", residency="exact", label="CoMoE-Chip, exact scenario model"
+    ),
     # Table 5: CoMoE with one mechanism off
     "no-transitions": dataclasses.replace(
         COMOE,

@@ -116,20 +116,20 @@ def solve_milp(
     bound = outcome.bound + problem.constant_ms  # a lower bound of the full model (formulations/residency.md)
     remaining = time_limit_s - (time.perf_counter() - start)
     polish = None
-    exact = None
+    cuts = None
     if exact and cut_model_applies(problem):
         if best.placement is not None:
             best.fill_ties(problem)
             if problem.search_moves:
                 best.search(problem)
         if _gap(problem, best.objective, bound) > mip_gap and remaining > 0:
-            exact = solve_with_cuts(
+            cuts = solve_with_cuts(
                 problem, best.placement, time_limit_s=remaining, mip_gap=mip_gap, improve=_improver(problem)
             )
-            bound = max(bound, exact.bound)
-            if exact.placement is not None:
-                best.offer(problem, exact.placement, "scenario cut model")
-        outcome_status = outcome.status if exact is None else exact.status
+            bound = max(bound, cuts.bound)
+            if cuts.placement is not None:
+                best.offer(problem, cuts.placement, "scenario cut model")
+        outcome_status = outcome.status if cuts is None else cuts.status
     elif _gap(problem, best.objective, bound) > mip_gap and _small(problem) and remaining > 0:
         polish = _polish_with_full_model(problem, best.placement, remaining, mip_gap)
         bound = max(bound, polish.bound)
@@ -139,7 +139,7 @@ def solve_milp(
         outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     else:
         outcome_status = outcome.status
-    if best.placement is not None and exact is None:
+    if best.placement is not None and cuts is None:
         best.fill_ties(problem)
         if problem.scenarios and problem.search_moves:
             best.search(problem)
@@ -157,9 +157,9 @@ def solve_milp(
         "build_s": build_s,
         "solver_s": outcome.runtime_s,
         "full_model_bound": None if polish is None else polish.bound,
-        "cut_rounds": None if exact is None else exact.rounds.rounds,
-        "cuts": None if exact is None else exact.rounds.cuts,
-        "cut_model_bound": None if exact is None else exact.bound,
+        "cut_rounds": None if cuts is None else cuts.rounds.rounds,
+        "cuts": None if cuts is None else cuts.rounds.cuts,
+        "cut_model_bound": None if cuts is None else cuts.bound,
     }
     runtime = time.perf_counter() - start
     method = "exact" if exact else "milp"
