@@ -1,18 +1,28 @@
-"""The one HiGHS adapter: solve a Pyomo model, map HiGHS's status onto the project's `Status`.
+"""The one HiGHS adapter: every MILP and LP of the project is solved here, and HiGHS's
+statuses are mapped onto the project's `Status` here and nowhere else.
 
-Every MILP and LP of the project (the slow loop's models, the fast loop's
-exact reference) is solved here. Uses Pyomo's persistent HiGHS interface
-(`pyomo.contrib.appsi`), which accepts a warm start from the model's variable
-values and reports the incumbent and the dual bound of a time-limited solve
-without raising. No `threads` option is set: HiGHS keeps one thread pool per
-process and refuses a different count once a solve has started it.
+* `solve_with_highs(model)` solves a Pyomo model through Pyomo's persistent
+  HiGHS interface (`pyomo.contrib.appsi`), which accepts a warm start from
+  the model's variable values and reports the incumbent and the dual bound of
+  a time-limited solve without raising. The slow loop's replica-count and
+  full models and the fast loop's exact reference use it.
+* `DirectModel` is a persistent highspy model built from arrays, for models
+  re-solved many times with rows and columns added between solves (the exact
+  scenario model's row generation), where handing the model over through
+  Pyomo would cost seconds per round.
+
+No `threads` option is set: HiGHS keeps one thread pool per process and
+refuses a different count once a solve has started it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
+import highspy
+import numpy as np
 import pyomo.environ as pyo
 from pyomo.contrib.appsi.base import TerminationCondition as TC
 from pyomo.contrib.appsi.solvers import Highs
@@ -78,3 +88,107 @@ def solve_with_highs(
         runtime_s=runtime,
         solver_status=str(results.termination_condition.name),
     )
+
+
+# ------------------------------------------------------------------ highspy directly
+
+INF = highspy.kHighsInf
+_MS = highspy.HighsModelStatus
+_DIRECT_STATUS = {
+    _MS.kOptimal: Status.OPTIMAL,
+    _MS.kTimeLimit: Status.TIME_LIMIT,
+    _MS.kInterrupt: Status.TIME_LIMIT,
+    _MS.kSolutionLimit: Status.FEASIBLE,
+    _MS.kIterationLimit: Status.FEASIBLE,
+    _MS.kObjectiveBound: Status.FEASIBLE,
+    _MS.kObjectiveTarget: Status.FEASIBLE,
+    _MS.kInfeasible: Status.INFEASIBLE,
+    _MS.kUnboundedOrInfeasible: Status.INFEASIBLE,
+    _MS.kUnbounded: Status.UNBOUNDED,
+}
+_FEASIBLE = 2  # HiGHS's kSolutionStatusFeasible
+
+
+class DirectModel:
+    """A persistent HiGHS model built from arrays: columns and rows can be added between solves,
+    and each solve can start from a given solution."""
+
+    def __init__(self) -> None:
+        self.h = highspy.Highs()
+        self.h.setOptionValue("output_flag", False)
+        self.h.setOptionValue("random_seed", 0)
+        self._rows: list[tuple[float, float, np.ndarray, np.ndarray]] = []
+
+    @property
+    def columns(self) -> int:
+        return self.h.getNumCol()
+
+    def add_columns(self, cost, lower, upper, integer: bool = False) -> int:
+        """Add columns (no coefficients yet); returns the index of the first."""
+        cost = np.asarray(cost, dtype=np.float64)
+        first, n = self.columns, cost.size
+        empty = np.zeros(0, dtype=np.int32)
+        self.h.addCols(n, cost, np.asarray(lower, np.float64), np.asarray(upper, np.float64), 0, empty, empty,
+                       np.zeros(0))  # fmt: skip
+        if integer and n:
+            index = np.arange(first, first + n, dtype=np.int32)
+            self.h.changeColsIntegrality(n, index, np.ones(n, dtype=np.uint8))
+        return first
+
+    def add_row(self, lower: float, upper: float, index, value) -> None:
+        """Queue a row `lower <= sum value * x[index] <= upper` (added at the next `flush`)."""
+        index = np.asarray(index, dtype=np.int32)
+        value = np.broadcast_to(np.asarray(value, dtype=np.float64), index.shape)
+        self._rows.append((lower, upper, index, value))
+
+    def flush(self) -> int:
+        """Hand the queued rows to HiGHS in one call; returns how many."""
+        rows, self._rows = self._rows, []
+        if rows:
+            sizes = np.array([r[2].size for r in rows])
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int32)
+            self.h.addRows(
+                len(rows),
+                np.array([r[0] for r in rows]),
+                np.array([r[1] for r in rows]),
+                int(sizes.sum()),
+                starts,
+                np.concatenate([r[2] for r in rows]).astype(np.int32),
+                np.concatenate([r[3] for r in rows]),
+            )
+        return len(rows)
+
+    def set_offset(self, offset: float) -> None:
+        self.h.changeObjectiveOffset(float(offset))
+
+    def set_start(self, values: np.ndarray) -> None:
+        n = values.size
+        self.h.setSolution(n, np.arange(n, dtype=np.int32), np.asarray(values, dtype=np.float64))
+
+    def solve(self, *, time_limit_s: float | None = None, mip_gap: float | None = None) -> HighsOutcome:
+        self.flush()
+        if time_limit_s is not None:
+            self.h.setOptionValue("time_limit", max(time_limit_s, 0.01))
+        if mip_gap is not None:
+            self.h.setOptionValue("mip_rel_gap", mip_gap)
+        start = time.perf_counter()
+        self.h.run()
+        runtime = time.perf_counter() - start
+        model_status = self.h.getModelStatus()
+        info = self.h.getInfo()
+        feasible = info.primal_solution_status == _FEASIBLE
+        status = _DIRECT_STATUS.get(model_status, Status.ERROR)
+        if not feasible and status is Status.FEASIBLE:
+            status = Status.ERROR
+        bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else float("-inf")
+        return HighsOutcome(
+            status=status,
+            objective=info.objective_function_value if feasible else float("inf"),
+            bound=bound,
+            runtime_s=runtime,
+            solver_status=self.h.modelStatusToString(model_status),
+        )
+
+    def values(self, first: int = 0, count: int | None = None) -> np.ndarray:
+        col = np.asarray(self.h.getSolution().col_value)
+        return col[first:] if count is None else col[first : first + count]

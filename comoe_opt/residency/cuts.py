@@ -27,10 +27,10 @@ the scenario makespans. The least NoP of every token is a constant
 (`problem.constant_ms`) and left out, so HiGHS's gap is on what a placement
 changes.
 
-The model is built with highspy directly, not Pyomo: rounds add rows and
-columns to one persistent HiGHS model in milliseconds, where Pyomo took
-seconds per round to hand the same model over (formulations/residency.md,
-"Exact scenario model").
+The model is built from arrays in one persistent HiGHS model
+(`highs.DirectModel`), not Pyomo: rounds add rows and columns in
+milliseconds, where Pyomo took seconds per round to hand the same model over
+(formulations/residency.md, "Exact scenario model").
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import highspy
 import numpy as np
 
+from comoe_opt.highs import INF, DirectModel
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -50,7 +50,6 @@ from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, relate
 from comoe_opt.results import Status, relative_gap
 
 CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off
-INF = highspy.kHighsInf
 
 
 def cut_model_applies(problem: ResidencyProblem) -> bool:
@@ -77,43 +76,6 @@ class ExactOutcome:
     rounds: CutRounds
 
 
-class _Rows:
-    """Rows collected as (lower, upper, columns, values), handed to HiGHS in one call."""
-
-    def __init__(self) -> None:
-        self.lower: list[float] = []
-        self.upper: list[float] = []
-        self.starts: list[int] = []
-        self.index: list[np.ndarray] = []
-        self.value: list[np.ndarray] = []
-        self.nnz = 0
-
-    def add(self, lower: float, upper: float, index, value) -> None:
-        index = np.asarray(index, dtype=np.int32)
-        value = np.broadcast_to(np.asarray(value, dtype=np.float64), index.shape)
-        self.lower.append(lower)
-        self.upper.append(upper)
-        self.starts.append(self.nnz)
-        self.index.append(index)
-        self.value.append(value)
-        self.nnz += index.size
-
-    def flush(self, h: highspy.Highs) -> int:
-        n = len(self.lower)
-        if n:
-            h.addRows(
-                n,
-                np.array(self.lower),
-                np.array(self.upper),
-                self.nnz,
-                np.array(self.starts, dtype=np.int32),
-                np.concatenate(self.index).astype(np.int32),
-                np.concatenate(self.value),
-            )
-        self.__init__()
-        return n
-
-
 class CutModel:
     """The x[l,e,c] model with lazily added scenario cuts, in one persistent HiGHS model."""
 
@@ -127,9 +89,7 @@ class CutModel:
         self.cuts: set[tuple[int, int, int]] = set()  # (layer, scenario, set mask)
         self.sets: set[tuple[int, int]] = set()  # (layer, set mask) with u columns
         self.u: dict[tuple[int, int, int], int] = {}  # (layer, expert, set mask) -> column
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
-        self.h.setOptionValue("random_seed", 0)
+        self.lp = DirectModel()
         self._build()
 
     # ------------------------------------------------------------- model
@@ -156,38 +116,30 @@ class CutModel:
         costs = np.concatenate((x_cost, r_cost, np.full(L * S, W / S)))
         lower = np.concatenate((leased.ravel().astype(float), np.full(L * E, float(p.all_resident)), floor))
         upper = np.concatenate((np.ones(self.n_x + L * E), np.full(L * S, INF)))
-        self._add_cols(costs, lower, upper)
-        self.h.changeColsIntegrality(
-            self.z0, np.arange(self.z0, dtype=np.int32), np.full(self.z0, 1, dtype=np.uint8)
-        )
-        self.h.changeObjectiveOffset(float(W * p.miss_ms.sum()))
-        rows = _Rows()
+        lp = self.lp
+        lp.add_columns(costs[: self.z0], lower[: self.z0], upper[: self.z0], integer=True)
+        lp.add_columns(costs[self.z0 :], lower[self.z0 :], upper[self.z0 :])
+        lp.set_offset(W * p.miss_ms.sum())
+        rows = lp
         for l, e in np.ndindex(L, E):
             xs = [self.x(l, e, c) for c in range(C)]
-            rows.add(-INF, 0.0, [self.r(l, e), *xs], [1.0] + [-1.0] * C)  # r <= sum_c x
+            rows.add_row(-INF, 0.0, [self.r(l, e), *xs], [1.0] + [-1.0] * C)  # r <= sum_c x
             if not p.all_resident:
                 for c in xs:
-                    rows.add(-INF, 0.0, [c, self.r(l, e)], [1.0, -1.0])  # x <= r
+                    rows.add_row(-INF, 0.0, [c, self.r(l, e)], [1.0, -1.0])  # x <= r
             if p.max_replicas < C:
-                rows.add(-INF, p.max_replicas, xs, 1.0)
+                rows.add_row(-INF, p.max_replicas, xs, 1.0)
         for c in range(C):
-            rows.add(-INF, float(p.capacity_pages[c]), np.arange(c, self.n_x, C), 1.0)
-        rows.add(-INF, float(p.budget_pages), np.arange(self.n_x), 1.0)
+            rows.add_row(-INF, float(p.capacity_pages[c]), np.arange(c, self.n_x, C), 1.0)
+        rows.add_row(-INF, float(p.budget_pages), np.arange(self.n_x), 1.0)
         for t in p.tenants:
             owned = [self.x(l, e, c) for l, e in zip(*np.nonzero(t.owns), strict=True) for c in range(C)]
             if owned:
-                rows.add(-INF, float(t.max_pages), owned, 1.0)
-        self._nearest_nop(rows)
-        rows.flush(self.h)
+                rows.add_row(-INF, float(t.max_pages), owned, 1.0)
+        self._nearest_nop()
+        lp.flush()
 
-    def _add_cols(self, costs: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> int:
-        first = self.h.getNumCol()
-        n = costs.size
-        empty = np.zeros(0, dtype=np.int32)
-        self.h.addCols(n, costs, lower, upper, 0, empty, empty, np.zeros(0))
-        return first
-
-    def _nearest_nop(self, rows: _Rows) -> None:
+    def _nearest_nop(self) -> None:
         """Nearest-replica NoP beyond the least: y[k, c] picks one replica of the k-th (l, e) with tokens
         (any chiplet when it has none)."""
         p, C = self.problem, self.C
@@ -196,46 +148,47 @@ class CutModel:
         if not extra.any() or pairs.size == 0:
             return
         costs = (p.batches * p.tokens[pairs[:, 0], pairs[:, 1]][:, None] * extra[None, :]).ravel()
-        y0 = self._add_cols(costs, np.zeros(costs.size), np.ones(costs.size))
+        y0 = self.lp.add_columns(costs, np.zeros(costs.size), np.ones(costs.size))
         for k, (l, e) in enumerate(pairs):
             ys = [y0 + k * C + c for c in range(C)]
-            rows.add(1.0, 1.0, ys, 1.0)
+            self.lp.add_row(1.0, 1.0, ys, 1.0)
             for c in range(C):  # y <= x + 1 - r
-                rows.add(-INF, 1.0, [ys[c], self.x(l, e, c), self.r(l, e)], [1.0, -1.0, 1.0])
+                self.lp.add_row(-INF, 1.0, [ys[c], self.x(l, e, c), self.r(l, e)], [1.0, -1.0, 1.0])
         self.y0, self.y_pairs = y0, pairs
 
     # -------------------------------------------------------------- cuts
 
-    def _u_columns(self, layer: int, mask: int, rows: _Rows) -> None:
+    def _u_columns(self, layer: int, mask: int) -> None:
         """u[l,e,D] >= r[l,e] - sum_{c not in D} x[l,e,c] for the experts with scenario work."""
         experts = np.flatnonzero(self.busy[layer])
-        first = self._add_cols(np.zeros(experts.size), np.zeros(experts.size), np.full(experts.size, INF))
+        first = self.lp.add_columns(
+            np.zeros(experts.size), np.zeros(experts.size), np.full(experts.size, INF)
+        )
         outside = [c for c in range(self.C) if not (mask >> c) & 1]
         for i, e in enumerate(experts):
             col = first + i
             self.u[layer, int(e), mask] = col
             index = [col, self.r(layer, e), *(self.x(layer, e, c) for c in outside)]
-            rows.add(0.0, INF, index, [1.0, -1.0] + [1.0] * len(outside))
+            self.lp.add_row(0.0, INF, index, [1.0, -1.0] + [1.0] * len(outside))
 
-    def add_cut(self, layer: int, scenario: int, mask: int, rows: _Rows) -> bool:
+    def add_cut(self, layer: int, scenario: int, mask: int) -> bool:
         """Add the cut of chiplet set `mask` for (layer, scenario); False if it is there already."""
         if (layer, scenario, mask) in self.cuts or mask == self.table.all_chiplets:
             return False
         if (layer, mask) not in self.sets:
             self.sets.add((layer, mask))
-            self._u_columns(layer, mask, rows)
+            self._u_columns(layer, mask)
         work = self.unit[scenario, layer]
         experts = np.flatnonzero(work > 0)
         capacity = float(self.speeds[[c for c in range(self.C) if (mask >> c) & 1]].sum())
         index = [self.z(layer, scenario), *(self.u[layer, int(e), mask] for e in experts)]
-        rows.add(0.0, INF, index, [capacity, *(-work[experts])])
+        self.lp.add_row(0.0, INF, index, [capacity, *(-work[experts])])
         self.cuts.add((layer, scenario, mask))
         return True
 
     def separate(self, resident: np.ndarray, z: np.ndarray | None) -> int:
         """Add every scenario's maximising set for `resident` whose cut `z` [L, S] violates
         (all of them when `z` is None); returns the cuts added."""
-        rows = _Rows()
         added = 0
         for layer in range(self.L):
             ratios = self.ratios(resident[layer], layer)  # [S, sets]
@@ -244,8 +197,8 @@ class CutModel:
                 exact = ratios[s, k]
                 if z is not None and exact <= z[layer, s] + CUT_TOLERANCE * max(1.0, exact):
                     continue
-                added += self.add_cut(layer, s, int(self.table.sets[k]), rows)
-        rows.flush(self.h)
+                added += self.add_cut(layer, s, int(self.table.sets[k]))
+        self.lp.flush()
         return added
 
     def ratios(self, resident: np.ndarray, layer: int) -> np.ndarray:
@@ -259,7 +212,7 @@ class CutModel:
         """Give HiGHS a placement, with its exact makespans, as its starting incumbent."""
         x = placement.resident
         r = x.any(axis=2)
-        values = np.zeros(self.h.getNumCol())
+        values = np.zeros(self.lp.columns)
         values[: self.n_x] = x.ravel()
         values[self.n_x : self.z0] = r.ravel()
         for l in range(self.L):
@@ -274,44 +227,13 @@ class CutModel:
             for k, (l, e) in enumerate(self.y_pairs):
                 options = np.where(x[l, e], nop, np.inf) if r[l, e] else nop
                 values[self.y0 + k * self.C + int(np.argmin(options))] = 1.0
-        n = values.size
-        self.h.setSolution(n, np.arange(n, dtype=np.int32), values)
-
-    def solve(self, time_limit_s: float, mip_gap: float) -> tuple[Status, float, float, float]:
-        """(status, objective, dual bound, seconds) of one round; bound without `constant_ms`."""
-        self.h.setOptionValue("time_limit", max(time_limit_s, 0.01))
-        self.h.setOptionValue("mip_rel_gap", mip_gap)
-        began = time.perf_counter()
-        self.h.run()
-        seconds = time.perf_counter() - began
-        status = _STATUS.get(self.h.getModelStatus(), Status.ERROR)
-        info = self.h.getInfo()
-        objective = info.objective_function_value if info.primal_solution_status == 2 else math.inf
-        bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else -math.inf
-        return status, objective, bound, seconds
+        self.lp.set_start(values)
 
     def placement(self) -> Placement:
-        values = np.asarray(self.h.getSolution().col_value[: self.n_x])
-        return Placement((values > 0.5).reshape(self.L, self.E, self.C))
+        return Placement((self.lp.values(0, self.n_x) > 0.5).reshape(self.L, self.E, self.C))
 
     def z_values(self) -> np.ndarray:
-        values = np.asarray(self.h.getSolution().col_value[self.z0 : self.z0 + self.L * self.S])
-        return values.reshape(self.L, self.S)
-
-
-_MS = highspy.HighsModelStatus
-_STATUS = {
-    _MS.kOptimal: Status.OPTIMAL,
-    _MS.kTimeLimit: Status.TIME_LIMIT,
-    _MS.kInterrupt: Status.TIME_LIMIT,
-    _MS.kSolutionLimit: Status.FEASIBLE,
-    _MS.kIterationLimit: Status.FEASIBLE,
-    _MS.kObjectiveBound: Status.FEASIBLE,
-    _MS.kObjectiveTarget: Status.FEASIBLE,
-    _MS.kInfeasible: Status.INFEASIBLE,
-    _MS.kUnboundedOrInfeasible: Status.INFEASIBLE,
-    _MS.kUnbounded: Status.UNBOUNDED,
-}
+        return self.lp.values(self.z0, self.L * self.S).reshape(self.L, self.S)
 
 
 def solve_with_cuts(
@@ -343,12 +265,13 @@ def solve_with_cuts(
             break
         if best is not None:
             cm.set_start(best)
-        solver, _, round_bound, _ = cm.solve(remaining, mip_gap / 2)
+        outcome = cm.lp.solve(time_limit_s=remaining, mip_gap=mip_gap / 2)
+        solver = outcome.status
         info.rounds += 1
         if solver in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):
             status = solver
             break
-        bound = max(bound, round_bound + constant)
+        bound = max(bound, outcome.bound + constant)
         found = cm.placement() if solver.has_solution else None
         if found is not None and not check_feasible(problem, found):
             candidates = [found] if improve is None else [found, improve(found)]
