@@ -190,3 +190,22 @@ def test_version(cli) -> None:
     result = cli("--version")
     assert result.code == 0
     assert result.out.strip() == f"comoe-opt {__version__}"
+
+
+def test_a_closed_pipe_is_not_an_error(write_toml: Callable[..., Path], table: dict) -> None:
+    """`comoe-opt ... | head -1`: the reader may go away before the output is written."""
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).parent / "comoe-opt"
+    if not script.exists():
+        pytest.skip(f"console script not installed at {script}")
+    proc = subprocess.Popen(
+        [str(script), "instance", "show", str(write_toml(table))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # before the verb has printed anything
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    assert b"Traceback" not in err and err == b""

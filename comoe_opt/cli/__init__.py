@@ -8,6 +8,7 @@ package imports it.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,7 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("comoe-opt: interrupted", file=sys.stderr)
         return 130
-    emit(result, args.json)
+    try:
+        emit(result, args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
