@@ -22,6 +22,7 @@ changes (`problem.constant_ms`, every token's least NoP, is left out).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -122,14 +123,32 @@ def solve_milp(
             best.fill_ties(problem)
             if problem.search_moves:
                 best.search(problem)
+        remaining = time_limit_s - (time.perf_counter() - start)
         if _gap(problem, best.objective, bound) > mip_gap and remaining > 0:
+            # half the time proves (the bound settles in the first rounds), the rest searches
             cuts = solve_with_cuts(
-                problem, best.placement, time_limit_s=remaining, mip_gap=mip_gap, improve=_improver(problem)
+                problem,
+                best.placement,
+                time_limit_s=remaining * EXACT_PROOF_SHARE,
+                mip_gap=mip_gap,
+                improve=_improver(problem),
             )
             bound = max(bound, cuts.bound)
             if cuts.placement is not None:
                 best.offer(problem, cuts.placement, "scenario cut model")
+        seed = 1
+        while (
+            best.placement is not None
+            and problem.search_moves
+            and _gap(problem, best.objective, bound) > mip_gap
+        ):
+            if time.perf_counter() - start >= time_limit_s:
+                break
+            best.search_longer(problem, seed)
+            seed += 1
         outcome_status = outcome.status if cuts is None else cuts.status
+        if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
+            outcome_status = Status.TIME_LIMIT
     elif _gap(problem, best.objective, bound) > mip_gap and _small(problem) and remaining > 0:
         polish = _polish_with_full_model(problem, best.placement, remaining, mip_gap)
         bound = max(bound, polish.bound)
@@ -216,7 +235,21 @@ class _Incumbent:
         before = self.source
         self.offer(problem, found, f"{before} + scenario search")
 
+    def search_longer(self, problem: ResidencyProblem, seed: int) -> None:
+        """One more search of `EXACT_SEARCH_FACTOR` times the moves from the best so far, with its
+        own seed (`exact` spends what time the proof leaves on the incumbent)."""
+        longer = dataclasses.replace(problem, search_moves=problem.search_moves * EXACT_SEARCH_FACTOR)
+        found = refine(longer, self.placement, seed=seed)
+        if self.source.endswith("+ longer search"):
+            self.offer(problem, found, self.source)
+        else:
+            self.offer(problem, found, f"{self.source} + longer search")
 
+
+EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut model's rounds
+EXACT_SEARCH_FACTOR = (
+    10  # ... then longer searches of this many times policy.search_moves, while time is left
+)
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
 
