@@ -22,6 +22,7 @@ layer, so a search is deterministic.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,15 +32,24 @@ from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, related_speeds
 
 
-def refine(problem: ResidencyProblem, placement: Placement, seed: int = 0) -> Placement:
-    """`placement` improved by `problem.search_moves` moves per layer (unchanged without scenarios)."""
+def refine(
+    problem: ResidencyProblem, placement: Placement, seed: int = 0, deadline: float | None = None
+) -> Placement:
+    """`placement` improved by `problem.search_moves` moves per layer (unchanged without scenarios).
+
+    With a `deadline` (a `time.perf_counter()` value) the layers not reached by then stay as they
+    are: the result then depends on the machine's speed.
+    """
     work = problem.scenario_work_ms
     if work is None or problem.search_moves == 0 or not enumerable(work):
         return placement
     table = CutTable.for_speeds(related_speeds(work))
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
-    for layer in range(problem.layers):
+    # each seed starts at another layer, so that searches cut short by a deadline share the layers
+    for layer in np.roll(np.arange(problem.layers), -seed * 7).tolist():
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
         search = _LayerSearch(problem, table, resident[layer], layer, room)
         search.run(np.random.default_rng([seed, layer]), problem.search_moves)
         resident[layer] = search.resident()

@@ -144,7 +144,7 @@ def solve_milp(
         ):
             if time.perf_counter() - start >= time_limit_s:
                 break
-            best.search_longer(problem, seed)
+            best.search_longer(problem, seed, deadline=start + time_limit_s)
             seed += 1
         outcome_status = outcome.status if cuts is None else cuts.status
         if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
@@ -235,11 +235,11 @@ class _Incumbent:
         before = self.source
         self.offer(problem, found, f"{before} + scenario search")
 
-    def search_longer(self, problem: ResidencyProblem, seed: int) -> None:
+    def search_longer(self, problem: ResidencyProblem, seed: int, deadline: float) -> None:
         """One more search of `EXACT_SEARCH_FACTOR` times the moves from the best so far, with its
         own seed (`exact` spends what time the proof leaves on the incumbent)."""
         longer = dataclasses.replace(problem, search_moves=problem.search_moves * EXACT_SEARCH_FACTOR)
-        found = refine(longer, self.placement, seed=seed)
+        found = refine(longer, self.placement, seed=seed, deadline=deadline)
         if self.source.endswith("+ longer search"):
             self.offer(problem, found, self.source)
         else:
