@@ -110,8 +110,9 @@ _FEASIBLE = 2  # HiGHS's kSolutionStatusFeasible
 
 
 class DirectModel:
-    """A persistent HiGHS model built from arrays: columns and rows can be added between solves,
-    and each solve can start from a given solution."""
+    """A persistent HiGHS model built from arrays: columns and rows can be added between solves.
+    No start solution is passed: HiGHS can return a given start's values with another solution's
+    objective when presolve solves the model."""
 
     def __init__(self) -> None:
         self.h = highspy.Highs()
@@ -160,10 +161,6 @@ class DirectModel:
 
     def set_offset(self, offset: float) -> None:
         self.h.changeObjectiveOffset(float(offset))
-
-    def set_start(self, values: np.ndarray) -> None:
-        n = values.size
-        self.h.setSolution(n, np.arange(n, dtype=np.int32), np.asarray(values, dtype=np.float64))
 
     def solve(self, *, time_limit_s: float | None = None, mip_gap: float | None = None) -> HighsOutcome:
         self.flush()

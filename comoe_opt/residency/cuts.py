@@ -208,27 +208,6 @@ class CutModel:
 
     # ---------------------------------------------------------- solutions
 
-    def set_start(self, placement: Placement) -> None:
-        """Give HiGHS a placement, with its exact makespans, as its starting incumbent."""
-        x = placement.resident
-        r = x.any(axis=2)
-        values = np.zeros(self.lp.columns)
-        values[: self.n_x] = x.ravel()
-        values[self.n_x : self.z0] = r.ravel()
-        for l in range(self.L):
-            exact = self.ratios(x[l], l).max(axis=1)
-            floor = self.unit[:, l].sum(axis=1) / self.speeds.sum()
-            values[self.z(l, 0) : self.z(l, 0) + self.S] = np.maximum(exact, floor)
-        for (l, e, mask), col in self.u.items():
-            outside = [c for c in range(self.C) if not (mask >> c) & 1]
-            values[col] = max(0, int(r[l, e]) - int(x[l, e, outside].sum()))
-        if hasattr(self, "y0"):
-            nop = self.problem.nop_ms_per_token
-            for k, (l, e) in enumerate(self.y_pairs):
-                options = np.where(x[l, e], nop, np.inf) if r[l, e] else nop
-                values[self.y0 + k * self.C + int(np.argmin(options))] = 1.0
-        self.lp.set_start(values)
-
     def placement(self) -> Placement:
         return Placement((self.lp.values(0, self.n_x) > 0.5).reshape(self.L, self.E, self.C))
 
