@@ -33,9 +33,20 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
     """Print a verb's result: its `_text` for people, the rest as JSON with --json."""
     if as_json:
         payload = {k: v for k, v in result.items() if not k.startswith("_")}
-        print(json.dumps(payload, default=_json_default, allow_nan=False))
+        print(json.dumps(_finite(payload), default=_json_default, allow_nan=False))
     else:
         print(result.get("_text", json.dumps(result, default=_json_default, indent=2)))
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity or NaN: a bound or objective that does not exist is null."""
+    if isinstance(value, float | np.floating):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:

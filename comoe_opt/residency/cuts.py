@@ -43,18 +43,25 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.highs import INF, DirectModel
+from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, related_speeds
+from comoe_opt.residency.scenarios import (
+    CutTable,
+    cut_condition_applies,
+    enumerable,
+    masks_of,
+    related_speeds,
+)
 from comoe_opt.results import Status, relative_gap
 
 CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off
 
 
 def cut_model_applies(problem: ResidencyProblem) -> bool:
-    """Whether the cut model is exact here: balance scenarios on related, enumerable chiplets."""
-    return problem.scenarios > 0 and enumerable(problem.scenario_work_ms)
+    """Whether the cut model is exact here: balance scenarios on chiplets related by one speed factor."""
+    return problem.scenarios > 0 and cut_condition_applies(problem.scenario_work_ms)
 
 
 @dataclass
@@ -83,7 +90,9 @@ class CutModel:
         p = self.problem = problem
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
         self.speeds = related_speeds(p.scenario_work_ms)
-        self.table = CutTable.for_speeds(self.speeds)
+        # every set enumerated when few chiplets; beyond, each scenario's set by min cut (closure.py)
+        self.table = CutTable.for_speeds(self.speeds) if enumerable(p.scenario_work_ms) else None
+        self.all_chiplets = (1 << self.C) - 1
         self.unit = p.scenario_work_ms[..., 0]  # [S, L, E] work on a unit-speed chiplet (v_0 = 1)
         self.busy = self.unit.max(axis=0) > 0  # [L, E]: experts with scenario work
         self.cuts: set[tuple[int, int, int]] = set()  # (layer, scenario, set mask)
@@ -173,7 +182,7 @@ class CutModel:
 
     def add_cut(self, layer: int, scenario: int, mask: int) -> bool:
         """Add the cut of chiplet set `mask` for (layer, scenario); False if it is there already."""
-        if (layer, scenario, mask) in self.cuts or mask == self.table.all_chiplets:
+        if (layer, scenario, mask) in self.cuts or mask == self.all_chiplets:
             return False
         if (layer, mask) not in self.sets:
             self.sets.add((layer, mask))
@@ -191,20 +200,21 @@ class CutModel:
         (all of them when `z` is None); returns the cuts added."""
         added = 0
         for layer in range(self.L):
-            ratios = self.ratios(resident[layer], layer)  # [S, sets]
-            best = ratios.argmax(axis=1)
-            for s, k in enumerate(best):
-                exact = ratios[s, k]
+            ratios, masks = self.worst_sets(resident[layer], layer)
+            for s, (exact, mask) in enumerate(zip(ratios, masks, strict=True)):
                 if z is not None and exact <= z[layer, s] + CUT_TOLERANCE * max(1.0, exact):
                     continue
-                added += self.add_cut(layer, s, int(self.table.sets[k]))
+                added += self.add_cut(layer, s, int(mask))
         self.lp.flush()
         return added
 
-    def ratios(self, resident: np.ndarray, layer: int) -> np.ndarray:
-        """[S, sets] work confined to each chiplet set over its capacity, for one layer."""
-        inside = self.table.inside(masks_of(resident))
-        return (self.unit[:, layer] @ inside) / self.table.capacity
+    def worst_sets(self, resident: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """(makespan [S], maximising chiplet set [S]) of each scenario of one layer."""
+        if self.table is None:
+            return bottlenecks(self.unit[:, layer], resident, self.speeds)
+        ratios = (self.unit[:, layer] @ self.table.inside(masks_of(resident))) / self.table.capacity
+        best = ratios.argmax(axis=1)
+        return ratios[np.arange(self.S), best], self.table.sets[best]
 
     # ---------------------------------------------------------- solutions
 

@@ -27,9 +27,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, related_speeds
+from comoe_opt.residency.scenarios import (
+    CutTable,
+    cut_condition_applies,
+    enumerable,
+    masks_of,
+    related_speeds,
+)
+
+POOL_ROUNDS = 4  # beyond enumerable chiplet counts: exact checks (and pool growth) per layer search
 
 
 def refine(
@@ -41,19 +50,67 @@ def refine(
     are: the result then depends on the machine's speed.
     """
     work = problem.scenario_work_ms
-    if work is None or problem.search_moves == 0 or not enumerable(work):
+    if work is None or problem.search_moves == 0 or not cut_condition_applies(work):
         return placement
-    table = CutTable.for_speeds(related_speeds(work))
+    speeds = related_speeds(work)
+    table = CutTable.for_speeds(speeds) if enumerable(work) else None
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
     # each seed starts at another layer, so that searches cut short by a deadline share the layers
     for layer in np.roll(np.arange(problem.layers), -seed * 7).tolist():
         if deadline is not None and time.perf_counter() >= deadline:
             break
+        rng = np.random.default_rng([seed, layer])
+        if table is None:
+            resident[layer] = _pooled_search(problem, speeds, resident[layer], layer, room, rng)
+            continue
         search = _LayerSearch(problem, table, resident[layer], layer, room)
-        search.run(np.random.default_rng([seed, layer]), problem.search_moves)
+        search.run(rng, problem.search_moves)
         resident[layer] = search.resident()
     return Placement(resident)
+
+
+def _pooled_search(
+    problem: ResidencyProblem,
+    speeds: np.ndarray,
+    resident: np.ndarray,
+    layer: int,
+    room: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The layer search on too many chiplets to enumerate their sets.
+
+    Makespans are taken over a pool of sets (every single chiplet, all of
+    them, and each scenario's bottleneck found by min cut, closure.py): a
+    lower estimate. After each of `POOL_ROUNDS` stretches of moves the layer
+    is scored exactly, its bottlenecks join the pool, and a stretch that did
+    not lower the exact value is undone. The result is never worse, exactly,
+    than `resident`.
+    """
+    chiplets = resident.shape[1]
+    work = problem.scenario_work_ms[:, layer, :, 0]
+    everything = (1 << chiplets) - 1
+    pool = {1 << c for c in range(chiplets)}
+    stretch = -(-problem.search_moves // POOL_ROUNDS)
+    current, current_room = resident, room.copy()
+    best: tuple[np.ndarray, np.ndarray, float] | None = None
+    for k in range(POOL_ROUNDS + 1):
+        z, masks = bottlenecks(work, current, speeds)
+        pool.update(int(m) for m in masks)
+        table = CutTable.of_sets(np.array([*sorted(pool - {everything}), everything]), speeds)
+        search = _LayerSearch(problem, table, current, layer, current_room.copy())
+        exact = search.value - search._balance(search.in_sets) + problem.batches * float(z.mean())
+        if best is None or exact < best[2] - 1e-12 * max(1.0, abs(best[2])):
+            best = (current, current_room, exact)
+        else:  # undo the stretch; the grown pool makes the next one differ
+            current, current_room = best[0], best[1]
+            search = _LayerSearch(problem, table, current, layer, current_room.copy())
+        if k == POOL_ROUNDS:
+            break
+        search.run(rng, stretch)
+        current, current_room = search.resident(), search.room
+    room[:] = best[1]
+    return best[0]
 
 
 def popcount(mask: int) -> int:

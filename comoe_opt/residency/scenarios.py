@@ -15,8 +15,9 @@ with capacities):
 
 — work that can only go to D must fit in D's capacity, and max-flow/min-cut
 says this is also sufficient. Enumerating the 2^C − 1 sets is exact and fast
-for C ≤ `MAX_ENUMERATED_CHIPLETS`; otherwise (or when chiplets are not
-related by one speed factor) each scenario's makespan is a small LP.
+for C ≤ `MAX_ENUMERATED_CHIPLETS`; up to `MAX_MASK_CHIPLETS` each scenario's
+maximising set is found by parametric min cut (closure.py); when chiplets are
+not related by one speed factor each scenario's makespan is a small LP.
 
 `z*` is a maximum of linear functions of `w`, hence convex: the mean over
 scenarios is at least the makespan of the mean load (Jensen), so every
@@ -29,9 +30,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.shares import share_lp
 
 MAX_ENUMERATED_CHIPLETS = 12
+MAX_MASK_CHIPLETS = 62  # chiplet sets are int64 bit masks
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,9 +46,14 @@ class CutTable:
 
     @classmethod
     def for_speeds(cls, speeds: np.ndarray) -> CutTable:
-        chiplets = speeds.size
-        sets = np.arange(1, 1 << chiplets, dtype=np.int64)
-        members = (sets[:, None] >> np.arange(chiplets)) & 1
+        """Every nonempty set (the last is all chiplets)."""
+        return cls.of_sets(np.arange(1, 1 << speeds.size, dtype=np.int64), speeds)
+
+    @classmethod
+    def of_sets(cls, sets: np.ndarray, speeds: np.ndarray) -> CutTable:
+        """Some of the sets, whose last must be all chiplets: a pool of the cuts that mattered."""
+        sets = np.asarray(sets, dtype=np.int64)
+        members = (sets[:, None] >> np.arange(speeds.size, dtype=np.int64)) & 1
         return cls(sets, members @ speeds)
 
     @property
@@ -81,17 +89,24 @@ def enumerable(work: np.ndarray) -> bool:
     return work.shape[-1] <= MAX_ENUMERATED_CHIPLETS and related_speeds(work) is not None
 
 
+def cut_condition_applies(work: np.ndarray) -> bool:
+    """Whether makespans are cut ratios over bit-mask sets (enumerated or min cut), work [S, L, E, C]."""
+    return work.shape[-1] <= MAX_MASK_CHIPLETS and related_speeds(work) is not None
+
+
 def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
     """Best-routing makespan [S] of each scenario of one layer.
 
     `work` [S, E, C] ms per scenario if all of (e)'s work ran on c;
     `resident` [E, C] the layer's replica map.
     """
-    speeds = related_speeds(work) if work.shape[-1] <= MAX_ENUMERATED_CHIPLETS else None
-    if speeds is not None:
-        table = CutTable.for_speeds(speeds)
-        return table.makespans(work[..., 0] @ table.inside(masks_of(resident)))
-    return np.array([makespan_lp(w, resident) for w in work])
+    speeds = related_speeds(work) if work.shape[-1] <= MAX_MASK_CHIPLETS else None
+    if speeds is None:
+        return np.array([makespan_lp(w, resident) for w in work])
+    if work.shape[-1] > MAX_ENUMERATED_CHIPLETS:
+        return bottlenecks(work[..., 0], resident, speeds)[0]
+    table = CutTable.for_speeds(speeds)
+    return table.makespans(work[..., 0] @ table.inside(masks_of(resident)))
 
 
 def masks_of(resident: np.ndarray) -> np.ndarray:

@@ -124,7 +124,7 @@ def solve_milp(
             if problem.search_moves:
                 best.search(problem)
         remaining = time_limit_s - (time.perf_counter() - start)
-        if _gap(problem, best.objective, bound) > mip_gap and remaining > 0:
+        if _gap(problem, best.objective, bound) > mip_gap and remaining > 0 and _cut_model_fits(problem):
             # half the time proves (the bound settles in the first rounds), the rest searches
             cuts = solve_with_cuts(
                 problem,
@@ -179,6 +179,7 @@ def solve_milp(
         "cut_rounds": None if cuts is None else cuts.rounds.rounds,
         "cuts": None if cuts is None else cuts.rounds.cuts,
         "cut_model_bound": None if cuts is None else cuts.bound,
+        "cut_model": _cut_model_note(problem, exact),
     }
     runtime = time.perf_counter() - start
     method = "exact" if exact else "milp"
@@ -252,6 +253,25 @@ EXACT_SEARCH_FACTOR = (
 )
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
+POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
+
+
+CUT_MODEL_BINARIES = 131072  # above this many x[l,e,c], `exact` searches instead of building the cut model
+# (deepseek-v3-ep32, 475,136 binaries: no cut round finished in 60 s; formulations/residency.md)
+
+
+def _cut_model_fits(problem: ResidencyProblem) -> bool:
+    return problem.layers * problem.experts * problem.chiplets <= CUT_MODEL_BINARIES
+
+
+def _cut_model_note(problem: ResidencyProblem, exact: bool) -> str | None:
+    if not exact:
+        return None
+    if not cut_model_applies(problem):
+        return "not exact here (no balance scenarios, or chiplets not related by one speed factor)"
+    if not _cut_model_fits(problem):
+        return f"not built: more than {CUT_MODEL_BINARIES} binaries x[l,e,c]; the time went to the search"
+    return "built"
 
 
 def _small(problem: ResidencyProblem) -> bool:
@@ -263,11 +283,19 @@ def _polish_with_full_model(
     problem: ResidencyProblem, start: Placement | None, time_limit_s: float, mip_gap: float
 ) -> SolveResult[Placement]:
     """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
-    return _solve_full_model(problem, start, time_limit_s=time_limit_s, mip_gap=mip_gap / 2)
+    # with scenarios the full model rarely closes (its LP bound is the mean load's); a node limit,
+    # not the clock, ends it, so that `milp` gives the same placement on any machine
+    nodes = {"mip_max_nodes": POLISH_NODES} if problem.scenarios else None
+    return _solve_full_model(problem, start, time_limit_s=time_limit_s, mip_gap=mip_gap / 2, options=nodes)
 
 
 def _solve_full_model(
-    problem: ResidencyProblem, start: Placement | None, *, time_limit_s: float | None, mip_gap: float
+    problem: ResidencyProblem,
+    start: Placement | None,
+    *,
+    time_limit_s: float | None,
+    mip_gap: float,
+    options: dict | None = None,
 ) -> SolveResult[Placement]:
     """Solve `build_full_model` (exact, scenarios included); objective and bound with the constant."""
     t0 = time.perf_counter()
@@ -275,7 +303,7 @@ def _solve_full_model(
     if start is not None:
         set_full_start(model, problem, start.resident)
     outcome = solve_with_highs(
-        model, time_limit_s=time_limit_s, mip_gap=mip_gap, warm_start=start is not None
+        model, time_limit_s=time_limit_s, mip_gap=mip_gap, warm_start=start is not None, options=options
     )
     constant = problem.constant_ms
     bound = outcome.bound + constant
