@@ -46,8 +46,9 @@ CASES = [
 SCENARIO_NOTE = (
     "Balance is scored on {s} scenarios (sampled micro-batches, each routed at its best). `milp`'s bound"
     " is the replica-count relaxation with per-scenario cuts; `exact` adds the exact scenario model"
-    " (row generation on the cut condition) where chiplets are related and at most 12"
-    " (formulations/residency.md). Without the scenario search, `milp` returns {m:.6g} ms."
+    " (row generation on the cut condition) where chiplets are related (every set enumerated up to 12"
+    " chiplets, by min cut beyond; the cut model itself only up to 131,072 binaries, else `exact`"
+    " searches longer) (formulations/residency.md). Without the scenario search, `milp` returns {m:.6g} ms."
 )
 
 

@@ -38,6 +38,12 @@ class ModelShape:
         ge=0,
         default=0.0,
     )
+    expert_groups: int = param(
+        "expert groups of group-limited routing (DeepSeek-V3: n_group = 8); EPLB's hierarchical "
+        "mode packs whole groups onto nodes",
+        ge=1,
+        default=1,
+    )
 
     @property
     def logical_experts(self) -> int:
@@ -81,6 +87,36 @@ class Hardware:
     prefetch_buffer_gb: tuple[float, ...] = param(
         "prefetch buffer (not counted as residency), per chiplet", "GB", ge=0, per_chiplet=True
     )
+    copy_topology: Literal["chiplet", "devices"] = param(
+        "how re-plan copies travel: chiplet = one shared die-to-die link (the paper); devices = each "
+        "device receives over its own link, copies to different devices run in parallel",
+        default="chiplet",
+    )
+    copy_intra_node_gb_s: float = param(
+        "devices: copy bandwidth into a device from another in its node (NVLink-class; assumed)",
+        "GB/s",
+        gt=0,
+        default=300.0,
+    )
+    copy_inter_node_gb_s: float = param(
+        "devices: copy bandwidth into a device from another node or host memory (InfiniBand-/PCIe-"
+        "class, 400 Gb/s; assumed)",
+        "GB/s",
+        gt=0,
+        default=40.0,
+    )
+    devices_per_node: int = param(
+        "expert-parallel devices per node (0 = all in one node); EPLB's hierarchical mode packs "
+        "expert groups onto nodes",
+        ge=0,
+        default=0,
+    )
+
+    @property
+    def nodes(self) -> int:
+        """Nodes of `devices_per_node` devices (1 when unset or when it does not divide the devices)."""
+        per_node = self.devices_per_node or self.chiplets
+        return self.chiplets // per_node if self.chiplets % per_node == 0 else 1
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from comoe_opt.cli.common import add_verb
 from comoe_opt.errors import ComoeError
+from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
 from comoe_opt.evaluator.runs import eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
@@ -26,6 +27,7 @@ COLUMNS = (
     ("energy_mj_per_layer", "mJ/layer", ".3f"),
     ("prefetch_accuracy", "pf acc", ".2f"),
     ("pages_migrated", "migrated", "d"),
+    ("copies_cancelled", "cancelled", "d"),
 )
 
 
@@ -35,6 +37,13 @@ def register(verbs: Any) -> None:
     ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")
     ev.add_argument("--micro-batches", type=int, default=0, help="use the first N micro-batches (0 = all)")
     ev.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ev.add_argument(
+        "--placements-out",
+        type=Path,
+        metavar="DIR",
+        help="write every placement each strategy used (DIR/<strategy>.json: window, replicas per device,"
+        " when each copy landed) for re-scoring by other code",
+    )
     ev.add_argument(
         "--set",
         action="append",
@@ -58,8 +67,30 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         raise ComoeError(f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})")
     if args.jobs < 1:
         raise ComoeError("--jobs must be at least 1")
-    rows = run_many([eval_run(instance, s, args.micro_batches) for s in names], args.jobs)
-    return {"instance": instance.name, "results": rows, "_text": format_rows(instance.name, rows)}
+    out = args.placements_out
+    if out is not None and out.exists() and not out.is_dir():
+        raise ComoeError(f"--placements-out {out}: exists and is not a folder")
+    rows = run_many([eval_run(instance, s, args.micro_batches, out) for s in names], args.jobs)
+    peers = peer_summary(rows)
+    text = format_rows(instance.name, rows)
+    if peers is not None:
+        text += "\n" + format_peers(peers)
+    return {"instance": instance.name, "results": rows, "peers": peers, "_text": text}
+
+
+def format_peers(peers: dict[str, Any]) -> str:
+    """One line on CoMoE against EPLB with optimal routing and the oracle."""
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}%"
+
+    copies = peers["copies_vs_eplb"]
+    lead = pct(peers["lead_over_eplb_optimal_routing"])
+    return (
+        f"CoMoE vs EPLB + optimal routing, P95 token imbalance: {lead}"
+        f" lower; closes {pct(peers['gap_closed_to_oracle'])} of the gap to the oracle; copies"
+        f" {'n/a' if copies is None else f'{copies:.3f}'} of EPLB's"
+    )
 
 
 def apply_settings(instance: Instance, settings: list[str]) -> Instance:

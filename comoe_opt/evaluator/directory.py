@@ -39,6 +39,8 @@ class ExpertDirectory:
         self.readers = np.zeros(shape, dtype=np.int32)
         self.rolled_back = 0
         self.reclaimed = 0
+        self.landed = 0  # copies published (a copy counts when it lands)
+        self.cancelled = 0  # copies dropped in flight by a newer plan
 
     # ------------------------------------------------------------ queries
 
@@ -82,6 +84,7 @@ class ExpertDirectory:
         self.state[bad] = NONE
         self.ready_at[bad] = np.inf
         self.rolled_back += int(bad.sum())
+        self.landed += int(good.sum())
         return int(good.sum())
 
     def retire(self, key: tuple[int, int, int]) -> None:
@@ -90,6 +93,7 @@ class ExpertDirectory:
         if state == PREPARING:  # cancel a copy nobody can be reading
             self.state[key] = NONE
             self.ready_at[key] = np.inf
+            self.cancelled += 1
         elif state == PUBLISHED:
             self.state[key] = RETIRING
             if self.readers[key] == 0:

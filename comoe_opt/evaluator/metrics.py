@@ -33,6 +33,27 @@ def summarize(log: SampleLog) -> dict[str, float]:
         "prefetch_accuracy": float(log.prefetch_used / log.prefetch_issued) if log.prefetch_issued else 0.0,
         "prefetch_wasted_gb_per_batch": float(log.prefetch_wasted_bytes / GB / batches),
         "pages_migrated": int(log.pages_migrated),
+        "copies_cancelled": int(log.copies_cancelled),
         "copies_rolled_back": int(log.copies_rolled_back),
         "micro_batches": int(batches),
+    }
+
+
+def peer_summary(rows: list[dict]) -> dict | None:
+    """CoMoE against the strongest EPLB (optimal routing) and the oracle, on P95 token imbalance:
+    its lead, the share of the gap from EPLB to the oracle it closes, and its copies against
+    EPLB's (None unless `eplb-flow`, `oracle` and `comoe` were all evaluated)."""
+    by = {r["strategy"]: r for r in rows}
+    if not {"eplb-flow", "oracle", "comoe"} <= by.keys():
+        return None
+    eplb, oracle, comoe = (by[k]["token_imbalance_p95"] for k in ("eplb-flow", "oracle", "comoe"))
+    span = eplb - oracle
+    return {
+        "lead_over_eplb_optimal_routing": (eplb - comoe) / eplb,
+        "gap_closed_to_oracle": (eplb - comoe) / span if span > 0 else None,
+        "copies_vs_eplb": (
+            by["comoe"]["pages_migrated"] / by["eplb-flow"]["pages_migrated"]
+            if by["eplb-flow"]["pages_migrated"]
+            else None
+        ),
     }

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from comoe_opt.evaluator.metrics import summarize
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import SampleLog, replay
 from comoe_opt.evaluator.strategies import strategy as strategy_named
+from comoe_opt.files import atomic_path
 from comoe_opt.instance import Instance, instance_from_table, to_table
 from comoe_opt.parallel import parallel_map
 from comoe_opt.trace import instance_batches
@@ -24,16 +28,22 @@ class EvalRun:
     strategy: str
     micro_batches: int = 0  # 0 = the whole trace
     label: dict[str, Any] | None = None  # what the caller wants back with the result (sweep values)
+    placements_out: str | None = None  # folder for the placements the runtime used
 
 
-def evaluate_strategy(instance: Instance, strategy: str, micro_batches: int = 0) -> dict[str, Any]:
-    """Metrics of one strategy on the instance's trace (the first `micro_batches`, 0 = all)."""
+def evaluate_strategy(
+    instance: Instance, strategy: str, micro_batches: int = 0, placements_out: Path | None = None
+) -> dict[str, Any]:
+    """Metrics of one strategy on the instance's trace (the first `micro_batches`, 0 = all); with
+    `placements_out`, every placement it used goes to `<folder>/<strategy>.json`."""
     chosen = strategy_named(strategy)
     batches = instance_batches(instance)
     if micro_batches:
         batches = batches.window(0, min(micro_batches, batches.batches))
     start = time.perf_counter()
     log = replay(instance, batches, chosen)
+    if placements_out is not None:
+        write_used_placements(placements_out / f"{strategy}.json", instance, strategy, log)
     return {
         "strategy": strategy,
         "label": chosen.title,
@@ -42,15 +52,51 @@ def evaluate_strategy(instance: Instance, strategy: str, micro_batches: int = 0)
     }
 
 
-def eval_run(instance: Instance, strategy: str, micro_batches: int = 0, **label: Any) -> EvalRun:
+def eval_run(
+    instance: Instance,
+    strategy: str,
+    micro_batches: int = 0,
+    placements_out: Path | None = None,
+    **label: Any,
+) -> EvalRun:
     source = str(instance.source) if isinstance(instance.source, Path) else None
-    return EvalRun(to_table(instance), source, strategy, micro_batches, label or None)
+    out = None if placements_out is None else str(placements_out)
+    return EvalRun(to_table(instance), source, strategy, micro_batches, label or None, out)
 
 
 def run_eval(run: EvalRun) -> dict[str, Any]:
     """The metrics of one `EvalRun`, with its label; a pure function of the run (timings aside)."""
     instance = instance_from_table(run.table, run.source or "instance")
-    return {**(run.label or {}), **evaluate_strategy(instance, run.strategy, run.micro_batches)}
+    out = None if run.placements_out is None else Path(run.placements_out)
+    return {**(run.label or {}), **evaluate_strategy(instance, run.strategy, run.micro_batches, out)}
+
+
+def write_used_placements(path: Path, instance: Instance, strategy: str, log: SampleLog) -> None:
+    """Every placement the runtime used, window by window, so that other code can re-score them.
+
+    `replicas[layer][device]` lists the experts resident on the device; `copies` are the
+    re-plan copies the window started, `[layer, expert, device, lands_ms]` (runtime clock), and
+    `cancelled` the copies of earlier plans it dropped in flight, `[layer, expert, device]`.
+    """
+    windows = []
+    for (window, placement), info in zip(log.placements, log.windows, strict=True):
+        resident = placement.resident
+        replicas = [[np.flatnonzero(resident[l, :, c]).tolist() for c in range(resident.shape[2])]
+                    for l in range(resident.shape[0])]  # fmt: skip
+        windows.append({**info, "window": window, "replicas": replicas})
+    payload = {
+        "format": "comoe-opt used placements",
+        "version": 1,
+        "instance": instance.name,
+        "strategy": strategy,
+        "layers": instance.model.layers,
+        "experts": instance.model.experts_per_layer,
+        "devices": instance.hardware.chiplets,
+        "copy_topology": instance.hardware.copy_topology,
+        "windows": windows,
+    }
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
 
 
 def run_many(runs: list[EvalRun], jobs: int = 1) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from comoe_opt.evaluator.directory import ExpertDirectory
+from comoe_opt.evaluator.directory import PREPARING, ExpertDirectory
 from comoe_opt.evaluator.fastmap import map_tokens
 from comoe_opt.evaluator.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
 from comoe_opt.evaluator.strategies import Strategy
@@ -58,9 +58,12 @@ class SampleLog:
     prefetch_issued: int = 0
     prefetch_used: int = 0
     prefetch_wasted_bytes: float = 0.0
-    pages_migrated: int = 0
+    pages_migrated: int = 0  # re-plan copies that landed
+    copies_cancelled: int = 0  # re-plan copies a newer plan dropped while in flight
+    copies_in_flight: int = 0  # re-plan copies still on their way when the trace ends
     copies_rolled_back: int = 0
     placements: list[tuple[int, Placement]] = field(default_factory=list)  # (window, placement) as planned
+    windows: list[dict] = field(default_factory=list)  # per plan used: when, and its copies (placements_out)
     resident_pages: list[int] = field(default_factory=list)
     distinct_experts: list[int] = field(default_factory=list)
 
@@ -109,6 +112,27 @@ class _Buffers:
         return int(self.capacity[chiplet]) - len(self.pages[chiplet])
 
 
+@dataclass
+class _DeviceLinks:
+    """Each device's copy link (copy_topology = "devices"): when it is free, its node, page times."""
+
+    free: np.ndarray  # [C] ms
+    node: np.ndarray  # [C]
+    intra_ms: float  # one page from a device of the same node
+    inter_ms: float  # one page from another node (or host memory)
+
+    @classmethod
+    def of(cls, instance: Instance) -> _DeviceLinks:
+        hw, page_gb = instance.hardware, instance.model.page_gb
+        per_node = hw.chiplets // hw.nodes
+        return cls(
+            free=np.zeros(hw.chiplets),
+            node=np.arange(hw.chiplets) // per_node,
+            intra_ms=page_gb / hw.copy_intra_node_gb_s * 1e3,
+            inter_ms=page_gb / hw.copy_inter_node_gb_s * 1e3,
+        )
+
+
 def replay(
     instance: Instance,
     batches: MicroBatches,
@@ -152,6 +176,9 @@ class _Runtime:
         self.plan = np.zeros((self.L, self.E, self.C), dtype=bool)
         self.clock = 0.0
         self.link_free = 0.0  # low-priority traffic (prefetch, copies) is queued until then
+        self.copies = _DeviceLinks.of(instance) if hw.copy_topology == "devices" else None
+        self.started_copies: list[list] = []  # [layer, expert, device, lands at ms] of the current plan
+        self.dropped_copies: list[list[int]] = []  # [layer, expert, device] dropped in flight by it
         self.log = SampleLog.empty(batches.batches, self.L)
 
     # ------------------------------------------------------------ driver
@@ -160,7 +187,9 @@ class _Runtime:
         strategy = self.strategy
         instance = strategy.planning_instance(self.instance)
         spans = windows(self.batches.batches, instance.policy.window_batches)
-        plans = rolling_horizon(instance, self.batches, strategy.residency, terms=strategy.terms)
+        plans = rolling_horizon(
+            instance, self.batches, strategy.residency, terms=strategy.terms, foresight=strategy.oracle
+        )
         placement: Placement | None = None
         for w, (start, stop) in enumerate(spans):
             if w == 0 or strategy.replan:
@@ -172,6 +201,9 @@ class _Runtime:
                 for layer in range(self.L):
                     self._layer(b, layer)
         self.log.copies_rolled_back = self.directory.rolled_back
+        self.log.pages_migrated = self.directory.landed
+        self.log.copies_cancelled = self.directory.cancelled
+        self.log.copies_in_flight = int((self.directory.state == PREPARING).sum())
         return self.log
 
     # --------------------------------------------------------- slow loop
@@ -179,7 +211,12 @@ class _Runtime:
     def _use(self, planned: WindowPlan, previous: Placement | None) -> Placement:
         """Put a window's plan in place: directory copies, homes and prefetch tables."""
         placement, plan = planned.placement, planned.plan
-        self._apply(placement, previous)
+        self.started_copies, self.dropped_copies = [], []
+        if self.strategy.oracle:  # the limit: every plan in place at once, no copy counted
+            self.directory = ExpertDirectory(self.L, self.E, self.C)
+            self.directory.install(placement.resident)
+        else:
+            self._apply(placement, previous)
         self._set_homes(placement, plan.problem.work_ms.min(axis=2))
         if self.strategy.prefetch == "transitions":
             self.targets = prefetch_targets(plan.graph, self.instance.policy)
@@ -187,6 +224,16 @@ class _Runtime:
         elif self.strategy.prefetch == "popularity":
             self.popular = np.argsort(-plan.demand.tokens, axis=1, kind="stable")
         self.log.placements.append((planned.window, placement))
+        self.log.windows.append(
+            {
+                "window": planned.window,
+                "first_micro_batch": planned.start,
+                "planned_on": list(planned.planned_on),
+                "in_use_from_ms": self.clock,
+                "copies": self.started_copies,
+                "cancelled": self.dropped_copies,
+            }
+        )
         self.log.resident_pages.append(placement.pages)
         self.log.distinct_experts.append(placement.distinct)
         return placement
@@ -199,19 +246,41 @@ class _Runtime:
         self._retire_pending()  # the previous plan's leftovers go now
         leaving = self.directory.held() & ~placement.resident
         for key in zip(*np.nonzero(leaving & ~self.directory.published()), strict=True):
+            if self.directory.state[key] == PREPARING:
+                self.dropped_copies.append([int(k) for k in key])
             self.directory.retire(tuple(int(k) for k in key))  # cancel copies still in flight
         # make before break: published replicas leave only once the new copies have landed
         self.to_retire = [tuple(int(k) for k in key) for key in zip(*np.nonzero(leaving), strict=True)]
         self.plan = placement.resident
         new = placement.resident & ~self.directory.held()
+        if self.copies is not None:
+            self._copy_between_devices(new)
+            return
         start = max(self.clock, self.link_free)
         for i, key in enumerate(zip(*np.nonzero(new), strict=True)):
             arrival = start + (i + 1) * self.page_ms
             verified = self.rng.random() >= self.failure_rate
             self.directory.prepare(tuple(int(k) for k in key), arrival, verified)
-            self.log.pages_migrated += 1
+            self.started_copies.append([*(int(k) for k in key), arrival])
         self.link_free = start + int(new.sum()) * self.page_ms
         self.retire_at = self.link_free
+
+    def _copy_between_devices(self, new: np.ndarray) -> None:
+        """Copies over each device's own link: from a device of the same node holding the expert at
+        the intra-node rate, else at the inter-node rate; copies into one device queue, copies into
+        different devices run in parallel, and none of them uses the die-to-die link of loads."""
+        links = self.copies
+        published = self.directory.published()
+        for key in zip(*np.nonzero(new), strict=True):
+            layer, expert, device = (int(k) for k in key)
+            holders = np.flatnonzero(published[layer, expert])
+            near = holders.size and (links.node[holders] == links.node[device]).any()
+            start = max(self.clock, links.free[device])
+            links.free[device] = start + (links.intra_ms if near else links.inter_ms)
+            verified = self.rng.random() >= self.failure_rate
+            self.directory.prepare((layer, expert, device), float(links.free[device]), verified)
+            self.started_copies.append([layer, expert, device, float(links.free[device])])
+        self.retire_at = max(self.clock, float(links.free.max()))
 
     def _retire_pending(self) -> None:
         """Retire the replicas the plan dropped, except the last copy of an expert whose new copy failed."""

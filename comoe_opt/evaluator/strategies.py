@@ -27,6 +27,7 @@ class Strategy:
     max_replicas: int | None = None  # None: the instance's policy
     window_divisor: int = 1  # > 1: re-plan that many times per window (single time scale)
     terms: frozenset[str] = TERMS
+    oracle: bool = False  # plan every micro-batch on itself, placed at once (the limit, not a policy)
     label: str = ""
 
     @property
@@ -36,9 +37,10 @@ class Strategy:
     def planning_instance(self, instance: Instance) -> Instance:
         """The instance as this strategy plans it: its window length and replica limit."""
         policy = instance.policy
+        window = 1 if self.oracle else max(1, policy.window_batches // self.window_divisor)
         planned = dataclasses.replace(
             policy,
-            window_batches=max(1, policy.window_batches // self.window_divisor),
+            window_batches=window,
             max_replicas=policy.max_replicas if self.max_replicas is None else self.max_replicas,
         )
         return dataclasses.replace(instance, policy=planned)
@@ -107,6 +109,17 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         label="EPLB + flow routing",
     ),
+    # the limit: EPLB planned on each micro-batch's own loads, in place at once, optimally routed
+    "oracle": Strategy(
+        "oracle",
+        residency="eplb",
+        replan=True,
+        prefetch="none",
+        mapping="flow",
+        terms=NO_PREFETCH_TERM,
+        oracle=True,
+        label="oracle (planned on the step itself)",
+    ),
     # CoMoE planning each window with the exact scenario model (to the gap or policy.time_limit_s)
     "comoe-exact": dataclasses.replace(
         COMOE, name="comoe-exact", residency="exact", label="CoMoE-Chip, exact scenario model"
@@ -132,6 +145,7 @@ STRATEGIES: dict[str, Strategy] = {
 }
 
 TABLE4 = ("static", "hot", "transition", "comoe")
+PEERS = ("eplb", "eplb-flow", "oracle", "comoe")  # the fair comparison: EPLB twice, the limit, CoMoE
 TABLE5 = ("comoe", "no-transitions", "no-replicas", "no-congestion", "no-credits", "single-scale")
 
 

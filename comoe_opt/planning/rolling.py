@@ -22,7 +22,7 @@ from comoe_opt.residency.problem import TERMS
 from comoe_opt.results import SolveResult
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
-NO_LEASE = frozenset({"eplb"})  # EPLB re-plans from scratch each time, as published
+NO_LEASE = frozenset({"eplb", "eplb-distinct"})  # EPLB re-plans from scratch each time, as published
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,14 +69,17 @@ def rolling_horizon(
     *,
     terms: frozenset[str] = TERMS,
     time_limit_s: float | None = None,
+    foresight: bool = False,
 ) -> Iterator[WindowPlan]:
-    """Plan every window in turn, lazily: one `WindowPlan` per window of `policy.window_batches`."""
+    """Plan every window in turn, lazily: one `WindowPlan` per window of `policy.window_batches`.
+
+    With `foresight` each window is planned on itself (an oracle's limit, not a policy)."""
     policy = instance.policy
     spans = windows(batches.batches, policy.window_batches)
     leases = Leases(policy.lease_windows)
     previous: Placement | None = None
     for w, (start, stop) in enumerate(spans):
-        history = history_span(spans, w, policy.history_windows)
+        history = (start, stop) if foresight else history_span(spans, w, policy.history_windows)
         leased = None if method in NO_LEASE else leases.active(w)
         plan = plan_window(
             instance,

@@ -6,11 +6,17 @@
 * `hot` — hot replication: residency by window frequency, and a share of the
   pages spent on one extra replica each for the hottest experts; same block
   layout, extra replicas on the next chiplets.
-* `eplb` — DeepSeek's EPLB, written from its published description: per
-  layer, every expert gets one replica, then the expert with the largest
-  load per replica gets another until the layer's slots are used; replicas
-  are then packed onto devices heaviest first, each to the least loaded device
-  with a free slot. Unlike EPLB, a device never holds two copies of one expert.
+* `eplb` — DeepSeek's EPLB as published (eplb.py): per layer, each device
+  gives the layer the same slots; hierarchical packing of expert groups onto
+  nodes when the model has groups and the devices form nodes, else global;
+  every expert gets one replica, each further slot the largest load per
+  replica; replicas are packed heaviest first onto the lightest device with a
+  free slot. As upstream, two copies of one expert may share a device (the
+  second is then a wasted slot). Where upstream's requirements do not hold —
+  fewer slots than experts, a replica limit below the devices, leases or
+  quotas, which upstream does not know — it plans as `eplb-distinct`.
+* `eplb-distinct` — the same replicate-then-pack, but a device never holds
+  two copies of one expert, and leased replicas stay where they are.
 * `greedy` — transition-aware marginal greedy on the objective: a page goes
   to the action with the largest gain per page, where a first replica gains
   the expected on-demand load time it removes (already discounted for what
@@ -26,6 +32,7 @@ import heapq
 import numpy as np
 
 from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.eplb import rebalance_experts
 from comoe_opt.residency.fill import fill_spare
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -59,9 +66,40 @@ def hot(problem: ResidencyProblem) -> Placement:
 
 
 def eplb(problem: ResidencyProblem) -> Placement:
-    """EPLB's replicate-then-pack, per layer. Each device gives every layer the same
-    number of slots, `capacity // layers`, as an EP deployment does. Leased replicas stay
-    where they are and count against their layer's slots."""
+    """Upstream EPLB per layer on the same slots per device (`eplb_slots`), or `eplb_distinct`
+    where upstream's requirements do not hold."""
+    per_layer = eplb_slots(problem)
+    if per_layer is None:
+        return eplb_distinct(problem)
+    groups, nodes = problem.expert_groups, problem.nodes
+    if problem.experts % groups or groups % nodes:
+        groups = nodes = 1  # upstream's global policy
+    phy2log, _, _ = rebalance_experts(problem.tokens, per_layer, groups, nodes, problem.chiplets)
+    device = np.arange(per_layer) // (per_layer // problem.chiplets)
+    resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
+    resident[np.arange(problem.layers)[:, None], phy2log, device[None, :]] = True
+    return Placement(resident)
+
+
+def eplb_slots(problem: ResidencyProblem) -> int | None:
+    """Slots per layer for upstream EPLB: every device gives each layer `capacity // layers`
+    (the smallest device's, so that all give the same), within the budget, rounded down to a
+    multiple of the devices as upstream requires; None where upstream cannot plan."""
+    chiplets = problem.chiplets
+    per_device = int(problem.capacity_pages.min()) // problem.layers
+    per_device = min(per_device, problem.budget_pages // problem.layers // chiplets)
+    leased = problem.leased is not None and problem.leased.any()
+    if per_device * chiplets < problem.experts or problem.max_replicas < chiplets or leased:
+        return None
+    if problem.tenants:
+        return None
+    return per_device * chiplets
+
+
+def eplb_distinct(problem: ResidencyProblem) -> Placement:
+    """EPLB's replicate-then-pack, per layer, with distinct devices per expert. Each device gives
+    every layer the same number of slots, `capacity // layers`, as an EP deployment does. Leased
+    replicas stay where they are and count against their layer's slots."""
     slots = problem.capacity_pages // problem.layers
     per_layer = int(min(slots.sum(), problem.budget_pages // problem.layers))
     leased = problem.leased_replicas()
@@ -164,7 +202,13 @@ def greedy(problem: ResidencyProblem) -> Placement:
     return fill_spare(problem, assign_replicas(problem, counts))
 
 
-HEURISTICS = {"static": static, "hot": hot, "eplb": eplb, "greedy": greedy}
+HEURISTICS = {
+    "static": static,
+    "hot": hot,
+    "eplb": eplb,
+    "eplb-distinct": eplb_distinct,
+    "greedy": greedy,
+}
 
 
 # ---------------------------------------------------------------- helpers

@@ -48,6 +48,8 @@ class ResidencyProblem:
     all_resident: bool = False  # every logical expert must keep a replica
     scenario_work_ms: np.ndarray | None = None  # [S, L, E, C] work of sampled micro-batches (scenarios.py)
     search_moves: int = 0  # local-search moves per layer on the scenarios (refine.py)
+    expert_groups: int = 1  # model's expert groups (EPLB's hierarchical mode, eplb.py)
+    nodes: int = 1  # nodes the chiplets (devices) form (EPLB's hierarchical mode)
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -192,6 +194,8 @@ def residency_problem(
         all_resident=policy.all_resident,
         scenario_work_ms=scenario_work,
         search_moves=policy.search_moves,
+        expert_groups=model.expert_groups,
+        nodes=hw.nodes,
     )
 
 

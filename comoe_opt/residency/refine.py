@@ -16,8 +16,9 @@ A move is kept when it lowers the layer's share of the objective,
 `W · (mean scenario makespan + NoP + misses) + κ · copies`, and it respects
 leases, quotas and the replica limit. Each layer's scenario makespans are
 kept as the work confined to every chiplet set (scenarios.py), updated by
-the two experts a move touches. Moves are drawn from a generator seeded per
-layer, so a search is deterministic.
+the two experts a move touches; above 12 chiplets, to a pool of sets that
+grows with each scenario's min-cut bottleneck (`_pooled_search`). Moves are
+drawn from a generator seeded per layer, so a search is deterministic.
 """
 
 from __future__ import annotations

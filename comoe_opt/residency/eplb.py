@@ -1,0 +1,148 @@
+"""DeepSeek's EPLB (expert-parallel load balancer), written from its published algorithm, in numpy.
+
+`rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus)`
+takes per-layer expert loads and returns, like upstream:
+
+* `phy2log` [layers, num_replicas] — the logical expert of each physical
+  slot; slots `g·R/P … (g+1)·R/P − 1` are GPU g;
+* `log2phy` [layers, experts, num_replicas − experts + 1] — each expert's
+  slots, −1 padded;
+* `logcnt` [layers, experts] — replicas per expert.
+
+The algorithm (DeepSeek's EPLB README and paper):
+
+1. *Hierarchical* (used when `num_groups % num_nodes == 0`): expert groups
+   are packed onto nodes, each node receiving the same number of groups,
+   heaviest group first to the lightest node with room (balanced packing);
+   each node's experts are then replicated on the node's slots, and its
+   replicas packed onto its GPUs the same way.
+2. *Global* (otherwise): one group, one node — replicate over every slot,
+   then pack replicas onto all GPUs.
+3. Replication: every expert gets one replica; each further slot goes to the
+   expert with the largest load per replica (first on ties).
+4. Balanced packing: items sorted by load, heaviest first; each goes to the
+   lightest pack that still has room (first on ties), every pack receiving
+   the same number of items. Two replicas of one expert may share a GPU.
+
+Upstream computes in float32 (`weight.float()`), which decides ties and
+orders; so does this port. `num_replicas` must be a multiple of `num_gpus`,
+`num_gpus` of `num_nodes`, and the experts of `num_groups`: upstream asserts
+these, this port raises `ValueError`. Checked against upstream's own outputs
+(tests/test_eplb_reference.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rebalance_experts(
+    weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(phy2log, log2phy, logcnt) of DeepSeek's EPLB for loads `weight` [layers, experts]."""
+    load = np.asarray(weight, dtype=np.float32)
+    if load.ndim != 2:
+        raise ValueError(f"weight must be [layers, experts], got shape {load.shape}")
+    layers, experts = load.shape
+    _check_shape(experts, num_replicas, num_groups, num_nodes, num_gpus)
+    if num_groups % num_nodes == 0:
+        phy2log, rank, logcnt = _hierarchical(load, num_replicas, num_groups, num_nodes, num_gpus)
+    else:
+        phy2log, rank, logcnt = _hierarchical(load, num_replicas, 1, 1, num_gpus)
+    width = int(logcnt.max())  # upstream pads to the most replicas any expert has
+    log2phy = np.full((layers, experts, width), -1, dtype=np.int64)
+    rows = np.repeat(np.arange(layers), num_replicas)
+    log2phy[rows, phy2log.ravel(), rank.ravel()] = np.tile(np.arange(num_replicas), layers)
+    return phy2log, log2phy, logcnt
+
+
+def _check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int) -> None:
+    for name, value in (("num_replicas", replicas), ("num_groups", groups), ("num_nodes", nodes)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+    if gpus < 1 or replicas % gpus:
+        raise ValueError(f"num_replicas ({replicas}) must be a multiple of num_gpus ({gpus})")
+    if replicas < experts:
+        raise ValueError(f"num_replicas ({replicas}) must be at least the experts ({experts})")
+    if groups % nodes == 0:
+        if experts % groups:
+            raise ValueError(f"the experts ({experts}) must split evenly into num_groups ({groups})")
+        if gpus % nodes:
+            raise ValueError(f"num_gpus ({gpus}) must be a multiple of num_nodes ({nodes})")
+
+
+def _hierarchical(
+    load: np.ndarray, replicas: int, groups: int, nodes: int, gpus: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    layers, experts = load.shape
+    group_size = experts // groups
+    per_node = experts // nodes  # logical experts per node
+    # 1. groups onto nodes; "node-major" order lists each node's experts together
+    group_load = load.reshape(layers, groups, group_size).sum(axis=2)
+    node_of, rank_in_node = balanced_packing(group_load, nodes)
+    first = (node_of * (groups // nodes) + rank_in_node) * group_size  # [layers, groups]
+    to_node_major = (first[:, :, None] + np.arange(group_size)).reshape(layers, experts)
+    from_node_major = _inverse(to_node_major)
+    # 2. replicas within each node
+    node_load = np.take_along_axis(load, from_node_major, axis=1).reshape(layers * nodes, per_node)
+    phy2nm, phy_rank, nm_count = replicate(node_load, replicas // nodes)
+    # 3. each node's replicas onto its GPUs
+    replica_load = np.take_along_axis(node_load / nm_count.astype(np.float32), phy2nm, axis=1)
+    gpu_of, rank_on_gpu = balanced_packing(replica_load, gpus // nodes)
+    slot_of = gpu_of * (replicas // gpus) + rank_on_gpu
+    phy_of_slot = _inverse(slot_of)
+    slot2nm = np.take_along_axis(phy2nm, phy_of_slot, axis=1).reshape(layers, nodes, -1)
+    slot2nm = (slot2nm + (np.arange(nodes) * per_node)[None, :, None]).reshape(layers, -1)
+    phy2log = np.take_along_axis(from_node_major, slot2nm, axis=1)
+    slot_rank = np.take_along_axis(phy_rank, phy_of_slot, axis=1).reshape(layers, -1)
+    logcnt = np.take_along_axis(nm_count.reshape(layers, -1), to_node_major, axis=1)
+    return phy2log, slot_rank, logcnt
+
+
+def balanced_packing(load: np.ndarray, packs: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pack, rank in pack) of every item of each row [rows, items]; every pack gets items/packs items."""
+    rows, items = load.shape
+    per_pack = items // packs
+    if per_pack == 1:
+        index = np.broadcast_to(np.arange(items), (rows, items)).copy()
+        return index, np.zeros((rows, items), dtype=np.int64)
+    pack = np.zeros((rows, items), dtype=np.int64)
+    rank = np.zeros((rows, items), dtype=np.int64)
+    for r in range(rows):
+        weights = [np.float32(0.0)] * packs  # float32 sums, as upstream's
+        counts = [0] * packs
+        for item in _descending(load[r]):
+            open_packs = [p for p in range(packs) if counts[p] < per_pack]
+            chosen = min(open_packs, key=weights.__getitem__)
+            pack[r, item], rank[r, item] = chosen, counts[chosen]
+            weights[chosen] += load[r, item]
+            counts[chosen] += 1
+    return pack, rank
+
+
+def replicate(load: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(phy2log, rank of each replica, replicas per expert): one replica each, then every further
+    slot to the largest load per replica."""
+    rows, experts = load.shape
+    phy2log = np.zeros((rows, slots), dtype=np.int64)
+    rank = np.zeros((rows, slots), dtype=np.int64)
+    count = np.ones((rows, experts), dtype=np.int64)
+    phy2log[:, :experts] = np.arange(experts)
+    everyone = np.arange(rows)
+    for slot in range(experts, slots):
+        chosen = (load / count.astype(np.float32)).argmax(axis=1)
+        phy2log[:, slot] = chosen
+        rank[:, slot] = count[everyone, chosen]
+        count[everyone, chosen] += 1
+    return phy2log, rank, count
+
+
+def _descending(row: np.ndarray) -> np.ndarray:
+    """Item order heaviest first; ties keep index order."""
+    return np.argsort(-row, kind="stable")
+
+
+def _inverse(permutation: np.ndarray) -> np.ndarray:
+    inverse = np.empty_like(permutation)
+    np.put_along_axis(inverse, permutation, np.arange(permutation.shape[1])[None, :], axis=1)
+    return inverse
