@@ -43,17 +43,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.highs import INF, DirectModel
+from comoe_opt.residency import scenarios
 from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import (
-    CutTable,
-    cut_condition_applies,
-    enumerable,
-    masks_of,
-    related_speeds,
-)
+from comoe_opt.residency.scenarios import CutTable, cut_condition_applies, masks_of, related_speeds
 from comoe_opt.results import Status, relative_gap
 
 CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off
@@ -91,7 +86,7 @@ class CutModel:
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
         self.speeds = related_speeds(p.scenario_work_ms)
         # every set enumerated when few chiplets; beyond, each scenario's set by min cut (closure.py)
-        self.table = CutTable.for_speeds(self.speeds) if enumerable(p.scenario_work_ms) else None
+        self.table = CutTable.for_speeds(self.speeds) if self.C <= scenarios.MAX_ENUMERATED_CHIPLETS else None
         self.all_chiplets = (1 << self.C) - 1
         self.unit = p.scenario_work_ms[..., 0]  # [S, L, E] work on a unit-speed chiplet (v_0 = 1)
         self.busy = self.unit.max(axis=0) > 0  # [L, E]: experts with scenario work

@@ -89,9 +89,8 @@ def eplb_slots(problem: ResidencyProblem) -> int | None:
     per_device = int(problem.capacity_pages.min()) // problem.layers
     per_device = min(per_device, problem.budget_pages // problem.layers // chiplets)
     leased = problem.leased is not None and problem.leased.any()
-    if per_device * chiplets < problem.experts or problem.max_replicas < chiplets or leased:
-        return None
-    if problem.tenants:
+    upstream_cannot = per_device * chiplets < problem.experts or problem.max_replicas < chiplets
+    if upstream_cannot or leased or problem.tenants:
         return None
     return per_device * chiplets
 
