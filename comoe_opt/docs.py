@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from comoe_opt.instance import FileTrace, Hardware, ModelShape, Policy, Runtime, SyntheticTrace
+from comoe_opt.instance import (
+    MAX_PLACEMENT_CELLS,
+    MAX_TRACE_ROUTES,
+    FileTrace,
+    Hardware,
+    ModelShape,
+    Policy,
+    Runtime,
+    SyntheticTrace,
+)
 from comoe_opt.schema import describe
 
 _TABLES = [
@@ -24,7 +33,37 @@ def instance_reference() -> str:
             unit = row["unit"] or "–"
             out.append(f"| `{row['key']}` | {unit} | {row['default']} | {row['doc']} |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join(out + size_limits())
+
+
+def size_limits() -> list[str]:
+    """The upper limits on sizes, each with its reason."""
+    out = [
+        "### Size limits",
+        "",
+        "Every size allocates arrays, so each has an upper limit far beyond real deployments: a",
+        "slip of a digit is a one-line error, not an attempt to allocate terabytes.",
+        "",
+        "| key | limit | why |",
+        "|---|---|---|",
+    ]
+    seen = set()
+    for title, cls in _TABLES:
+        section = title.split("]")[0] + "]"
+        for row in describe(cls):
+            if row["why"] and (section, row["key"]) not in seen:
+                seen.add((section, row["key"]))
+                out.append(f"| `{section[1:-1]}.{row['key']}` | {row['limit']} | {row['why']} |")
+    out += [
+        f"| layers x experts_per_layer x chiplets | <= {MAX_PLACEMENT_CELLS:,} | the slow loop keeps"
+        " arrays over every (layer, expert, chiplet) |",
+        f"| synthetic micro_batches x tokens_per_batch x layers x top_k | <= {MAX_TRACE_ROUTES:,} |"
+        " the generated trace holds one expert id per route |",
+        "| an array in an `.npz` file | <= 8 GiB, and no larger than the bytes the file holds |"
+        " declared shapes are checked before anything is allocated |",
+        "",
+    ]
+    return out
 
 
 def update(path: str) -> None:

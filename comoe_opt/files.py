@@ -36,3 +36,20 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def writable_folder(path: Path, option: str) -> Path:
+    """`path` as a folder results can be written to (created if missing), checked by writing a
+    probe file: a file in the way, a read-only mount or a full disk fail now, in one line,
+    rather than after the first result."""
+    path = Path(path)
+    probe = path / ".write-probe"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open(probe, "w", encoding="utf-8") as fh:
+            fh.write("probe\n")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(None, f"{option} {path}", f"cannot write results there ({reason})") from None
+    return path

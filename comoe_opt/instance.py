@@ -21,14 +21,26 @@ import tomli_w
 from comoe_opt.errors import InputError
 from comoe_opt.schema import build, param
 
+# Why sizes have upper limits: every size below allocates arrays, so a slip of a digit would
+# otherwise try to allocate terabytes or run for days before failing. Each limit is far beyond
+# the largest real deployment (the reasons are printed in docs/instances.md).
+WHY_LAYERS = "the largest open MoE models have under 100 layers (DeepSeek-V3: 61)"
+WHY_EXPERTS = "the largest open MoE models route over at most a few hundred experts per layer"
+WHY_TOP_K = "real routers pick 1-16 experts per token"
+WHY_CHIPLETS = "the largest expert-parallel deployments use a few hundred devices"
+WHY_TOKENS = "a micro-batch of 2^20 tokens is far past any accelerator's batch"
+WHY_BATCHES = "caps what one run replays or plans on; split longer runs"
+MAX_TRACE_ROUTES = 2**31  # micro_batches x tokens_per_batch x layers x top_k of a generated trace
+MAX_PLACEMENT_CELLS = 2**26  # layers x experts x chiplets: the slow loop's per-cell arrays
+
 
 @dataclass(frozen=True)
 class ModelShape:
     """The MoE model: how many layers and experts, and how big they are."""
 
-    layers: int = param("MoE layers", ge=1)
-    experts_per_layer: int = param("routed experts per MoE layer", ge=2)
-    top_k: int = param("experts each token selects per layer", ge=1)
+    layers: int = param("MoE layers", ge=1, le=1024, why=WHY_LAYERS)
+    experts_per_layer: int = param("routed experts per MoE layer", ge=2, le=4096, why=WHY_EXPERTS)
+    top_k: int = param("experts each token selects per layer", ge=1, le=64, why=WHY_TOP_K)
     page_gb: float = param("weights of one logical expert (one page)", "GB", gt=0)
     hidden_size: int = param("token activation width (for token traffic)", "elements", ge=1)
     bytes_per_element: float = param("activation bytes per element", "B", gt=0)
@@ -42,6 +54,8 @@ class ModelShape:
         "expert groups of group-limited routing (DeepSeek-V3: n_group = 8); EPLB's hierarchical "
         "mode packs whole groups onto nodes",
         ge=1,
+        le=4096,
+        why=WHY_EXPERTS,
         default=1,
     )
 
@@ -66,7 +80,7 @@ class ModelShape:
 class Hardware:
     """Expert chiplets (or expert-parallel devices) and their interconnect."""
 
-    chiplets: int = param("expert chiplets (or expert-parallel devices)", ge=1)
+    chiplets: int = param("expert chiplets (or expert-parallel devices)", ge=1, le=1024, why=WHY_CHIPLETS)
     capacity_gb: tuple[float, ...] = param(
         "local memory for resident expert pages, per chiplet", "GB", ge=0, per_chiplet=True
     )
@@ -109,7 +123,9 @@ class Hardware:
         "expert-parallel devices per node (0 = all in one node); EPLB's hierarchical mode packs "
         "expert groups onto nodes",
         ge=0,
+        le=1024,
         default=0,
+        why=WHY_CHIPLETS,
     )
 
     @property
@@ -127,8 +143,8 @@ class SyntheticTrace:
     zipf_alpha: float = param("Zipf exponent of expert popularity (router first choice)", ge=0, le=5)
     rho: float = param("probability a token follows its current expert's successors", ge=0, le=1)
     drift_every: int = param("micro-batches between phase changes (hot set, successors)", ge=1)
-    tokens_per_batch: int = param("tokens per micro-batch", "tokens", ge=1)
-    micro_batches: int = param("micro-batches to generate", ge=1)
+    tokens_per_batch: int = param("tokens per micro-batch", "tokens", ge=1, le=2**20, why=WHY_TOKENS)
+    micro_batches: int = param("micro-batches to generate", ge=1, le=10**6, why=WHY_BATCHES)
     seed: int = param("random seed; the same seed gives the same trace bit for bit", ge=0)
     successor_weight: float = param(
         "share of an expert's successor distribution on its preferred successor",
@@ -144,12 +160,16 @@ class FileTrace:
 
     kind: Literal["file"] = param("trace source kind")
     path: str = param("trace file, relative to the instance file")
-    tokens_per_batch: int = param("tokens (decode: sequences in flight) per micro-batch", ge=1)
+    tokens_per_batch: int = param(
+        "tokens (decode: sequences in flight) per micro-batch", ge=1, le=2**20, why=WHY_TOKENS
+    )
     batching: Literal["decode", "token-order"] = param(
         "decode: continuous-batching steps over sequences; token-order: consecutive tokens",
         default="decode",
     )
-    micro_batches: int = param("use at most this many micro-batches (0 = all)", ge=0, default=0)
+    micro_batches: int = param(
+        "use at most this many micro-batches (0 = all)", ge=0, le=10**6, default=0, why=WHY_BATCHES
+    )
 
 
 TraceSource = SyntheticTrace | FileTrace
@@ -159,12 +179,18 @@ TraceSource = SyntheticTrace | FileTrace
 class Policy:
     """Knobs of the slow loop, the fast loop and prefetch."""
 
-    window_batches: int = param("micro-batches per slow-loop window", ge=1, default=100)
-    history_windows: int = param("past windows the slow loop plans on (rolling horizon)", ge=1, default=1)
+    window_batches: int = param(
+        "micro-batches per slow-loop window", ge=1, le=10**6, default=100, why=WHY_BATCHES
+    )
+    history_windows: int = param(
+        "past windows the slow loop plans on (rolling horizon)", ge=1, le=10**4, default=1, why=WHY_BATCHES
+    )
     transition_eps: float = param(
         "transition-graph smoothing ε added to every count", "count", gt=0, default=0.05
     )
-    transition_top_s: int = param("successors kept per transition-graph node", ge=1, default=8)
+    transition_top_s: int = param(
+        "successors kept per transition-graph node", ge=1, le=4096, default=8, why=WHY_EXPERTS
+    )
     theta_high: float = param(
         "prefetch the top successor when its probability is at least this", ge=0, le=1, default=0.5
     )
@@ -201,14 +227,20 @@ class Policy:
         "micro-batches of the planning window kept as balance scenarios: the slow loop scores balance as "
         "each one's makespan under the best routing (0 = on the window's mean load)",
         ge=0,
+        le=4096,
         default=0,
+        why="each scenario adds a copy of the balance rows to the MILP; 4096 is far past where more help",
     )
     search_moves: int = param(
         "local-search moves per layer that refine the slow loop's placement on the scenarios",
         ge=0,
+        le=10**7,
         default=200,
+        why="a search of more moves runs for hours; use the exact method instead",
     )
-    time_limit_s: float = param("solver time limit", "s", gt=0, default=10.0)
+    time_limit_s: float = param(
+        "solver time limit", "s", gt=0, le=7 * 86400, default=10.0, why="one week: anything longer is a typo"
+    )
     mip_gap: float = param("relative MIP gap at which a solve stops", ge=0, le=1, default=1e-3)
 
 
@@ -231,7 +263,9 @@ class Runtime:
         "prefetch pages that may be in flight at once (bandwidth credits of the prefetch channel)",
         "pages",
         ge=0,
+        le=10**6,
         default=4,
+        why=WHY_BATCHES,
     )
     d2d_pj_per_bit: float = param(
         "die-to-die transfer energy (UCIe-class links)", "pJ/bit", ge=0, default=0.5
@@ -313,13 +347,36 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     runtime = build(Runtime, table.get("runtime", {}), source, "runtime")
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
+    _check_sizes(model, hardware, trace, source)
     path = Path(source).resolve()  # relative paths inside resolve against its folder
     return Instance(name, model, hardware, trace, policy, runtime, path)
 
 
+def _check_sizes(model: ModelShape, hardware: Hardware, trace: TraceSource, source: str | Path) -> None:
+    """Limits on products of sizes: what the run would allocate, not what each key allows."""
+    cells = model.layers * model.experts_per_layer * hardware.chiplets
+    if cells > MAX_PLACEMENT_CELLS:
+        raise InputError(
+            source,
+            "hardware.chiplets",
+            f"layers x experts_per_layer x chiplets = {cells:,} exceeds {MAX_PLACEMENT_CELLS:,}"
+            " (the slow loop keeps arrays of that size)",
+        )
+    if isinstance(trace, SyntheticTrace):
+        routes = trace.micro_batches * trace.tokens_per_batch * model.layers * model.top_k
+        if routes > MAX_TRACE_ROUTES:
+            raise InputError(
+                source,
+                "trace.micro_batches",
+                f"micro_batches x tokens_per_batch x layers x top_k = {routes:,} routes exceeds"
+                f" {MAX_TRACE_ROUTES:,} (the generated trace would not fit in memory)",
+            )
+
+
 def _build_hardware(table: Any, source: str | Path) -> Hardware:
     chiplets = table.get("chiplets") if isinstance(table, dict) else None
-    if not isinstance(chiplets, int) or isinstance(chiplets, bool) or chiplets < 1:
+    valid = isinstance(chiplets, int) and not isinstance(chiplets, bool)
+    if not valid or not 1 <= chiplets <= 1024:
         # let `build` produce the precise message for a missing or bad count
         return build(Hardware, table, source, "hardware")
     return build(Hardware, table, source, "hardware", chiplets=chiplets)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -25,8 +28,12 @@ def process_pool(
     With `ignore_sigint`, Ctrl-C reaches only the parent, which then decides
     what an interrupt means (the benchmark runner stores finished runs first).
     """
-    initializer = _ignore_sigint if ignore_sigint else None
-    return cf.ProcessPoolExecutor(max_workers=jobs, mp_context=_context(preload), initializer=initializer)
+    return cf.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=_context(preload),
+        initializer=_start_worker,
+        initargs=(os.getpid(), ignore_sigint),
+    )
 
 
 def terminate(pool: cf.ProcessPoolExecutor) -> None:
@@ -62,5 +69,36 @@ def _context(preload: Sequence[str]) -> Any:
     return multiprocessing.get_context("spawn")
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
+
+
+def _start_worker(parent: int, ignore_sigint: bool) -> None:
+    """Set up a worker: it exits as soon as its parent dies (even by kill -9, which runs no
+    cleanup), instead of idling for minutes on the memory and pipes of a run nobody waits for."""
+    if ignore_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    while _alive(parent):
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)  # the parent is gone: no one will read this worker's results
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except (OSError, IndexError):  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True

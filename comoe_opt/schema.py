@@ -33,17 +33,24 @@ class Bounds:
     def describe(self) -> str:
         parts = []
         if self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+            parts.append(f"{'>' if self.lo_open else '>='} {_number(self.lo)}")
         if self.hi is not None:
-            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
+            parts.append(f"{'<' if self.hi_open else '<='} {_number(self.hi)}")
         return ", ".join(parts)
 
     def violation(self, value: float) -> str | None:
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
-            return f"must be {'>' if self.lo_open else '>='} {self.lo:g}, got {value:g}"
+            return f"must be {'>' if self.lo_open else '>='} {_number(self.lo)}, got {value:g}"
         if self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi):
-            return f"must be {'<' if self.hi_open else '<='} {self.hi:g}, got {value:g}"
+            return f"must be {'<' if self.hi_open else '<='} {_number(self.hi)}, got {value:g}"
         return None
+
+
+def _number(value: float) -> str:
+    """A limit as people write it: 1,048,576 rather than 1.04858e+06."""
+    if float(value).is_integer() and abs(value) >= 10_000:
+        return f"{int(value):,}"
+    return f"{value:g}"
 
 
 def param(
@@ -56,11 +63,14 @@ def param(
     lt: float | None = None,
     default: Any = MISSING,
     per_chiplet: bool = False,
+    why: str = "",
 ) -> Any:
     """A dataclass field with its documentation, unit and valid range.
 
     `per_chiplet` fields accept a scalar (same for every chiplet) or a list
-    with one value per chiplet; they are stored as tuples.
+    with one value per chiplet; they are stored as tuples. `why` gives the
+    reason for an upper limit (sizes are capped so that a slip of a digit is an
+    error, not an allocation of terabytes).
     """
     bounds = Bounds(
         lo=gt if gt is not None else ge,
@@ -68,7 +78,7 @@ def param(
         lo_open=gt is not None,
         hi_open=lt is not None,
     )
-    meta = {"doc": doc, "unit": unit, "bounds": bounds, "per_chiplet": per_chiplet}
+    meta = {"doc": doc, "unit": unit, "bounds": bounds, "per_chiplet": per_chiplet, "why": why}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -84,7 +94,8 @@ def describe(cls: type) -> list[dict[str, str]]:
             doc += f" ({bounds.describe()})"
         if meta.get("per_chiplet"):
             doc += "; a number or a list with one value per chiplet"
-        rows.append({"key": f.name, "unit": meta.get("unit", ""), "default": default, "doc": doc})
+        row = {"key": f.name, "unit": meta.get("unit", ""), "default": default, "doc": doc}
+        rows.append({**row, "why": meta.get("why", ""), "limit": bounds.describe() if bounds else ""})
     return rows
 
 

@@ -332,9 +332,10 @@ def test_num_experts_disagrees_with_instance(tmp_path: Path) -> None:
 
 
 BYTES_CASES: list[tuple[str, bytes, str]] = [
-    ("garbage.npz", b"this is not a zip file at all\n" * 20, "not a readable .npz"),
+    ("garbage.npz", b"this is not a zip file at all\n" * 20, "not a readable .npz archive: no zip header"),
     ("zip-header.npz", b"PK\x03\x04" + b"\x00" * 60, "not a readable .npz"),
-    ("empty.npz", b"", "not a readable .npz"),
+    ("empty.npz", b"", "no zip header"),
+    ("renamed.npz", b"\x93NUMPY\x01\x00" + b" " * 80, "a single .npy array"),
     ("garbage.parquet", b"not parquet" * 30, "not a readable Parquet"),
     ("trace.csv", b"a,b\n1,2\n", "unknown trace format '.csv'"),
     ("trace", b"\x93NUMPY", "unknown trace format ''"),

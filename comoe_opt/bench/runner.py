@@ -83,6 +83,7 @@ def run_suite(
     plots: bool = True,
 ) -> BenchOutcome:
     store = ResultStore(out)
+    store.check_writable()
     ids = [spec.run_id for spec in suite.specs]
     stored = store.rows(ids)
     if stored and not resume:

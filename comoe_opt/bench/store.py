@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from comoe_opt.files import atomic_path
+from comoe_opt.files import atomic_path, writable_folder
 
 # Columns that depend on when and where a run ran, not on its spec. Every other
 # column is a function of the spec (for runs that finish before their time limit).
@@ -45,6 +45,11 @@ class ResultStore:
         self.out = Path(out)
         self.runs = self.out / "runs"
         self.parquet = self.out / "results.parquet"
+
+    def check_writable(self) -> None:
+        """Fail before the first run, not after it, when results could not be stored."""
+        writable_folder(self.out, "--out")
+        writable_folder(self.runs, "--out")
 
     def path(self, run_id: str) -> Path:
         return self.runs / f"{run_id}.json"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from comoe_opt.schema import build, describe, param
 LIST_KEYS = ("methods", "seeds", "windows")
 TABLE_KEYS = ("set", "vary")
 RESERVED_OVERRIDES = {"trace.seed": "use `seeds`"}
+MAX_SUITE_RUNS = 100_000  # expanding (validating every instance) takes about a minute at this size
 
 # The non-scalar keys, documented here because `GroupOptions` holds only the scalar ones.
 OTHER_KEYS: dict[str, tuple[str, str, str]] = {
@@ -128,6 +130,13 @@ def expand_suite(table: dict[str, Any], path: Path) -> Suite:
         if layer.options.name in (g.name for g in groups):
             raise InputError(path, f"{layer.where}.name", f"{layer.options.name!r} names two groups")
         plan = _Plan.resolve(top, layer, path)
+        if len(specs) + plan.run_count() > MAX_SUITE_RUNS:
+            raise InputError(
+                path,
+                layer.where or None,
+                f"the suite expands to more than {MAX_SUITE_RUNS:,} runs"
+                f" ({len(specs) + plan.run_count():,} so far): split it into several suites",
+            )
         group_specs = plan.specs(suite_name, path)
         for spec in group_specs:
             first = seen.setdefault(spec.run_id, spec)
@@ -215,6 +224,11 @@ class _Plan:
                     raise InputError(path, fixed[target][1], f"conflicts with `{key}`: give one of them")
                 fixed[target] = (pick(key), layer.label(key))
         vary = _merged_table("vary", top, layer)
+        for key, (_, label) in vary.items():
+            if key in fixed:
+                raise InputError(path, label, f"is also fixed by {fixed[key][1]}: give it in one place")
+        for value, label in fixed.values():
+            _check_finite(value, label, path)
         axes = [_axis(key, values, label, path) for key, (values, label) in vary.items()]
         swept = [(k, label) for points, label in axes for p in points for k in p.overrides]
         for key, label in [*((k, lab) for k, (_, lab) in fixed.items()), *swept]:
@@ -232,6 +246,11 @@ class _Plan:
             fixed={k: v for k, (v, _) in fixed.items()},
             axes=tuple(items for items, _ in axes),
         )
+
+    def run_count(self) -> int:
+        """How many runs the group expands to (known before expanding: it may be too many)."""
+        points = math.prod(len(axis) for axis in self.axes)
+        return points * len(self.seeds or (0,)) * len(self.windows) * len(self.methods)
 
     def specs(self, suite: str, path: Path) -> list[RunSpec]:
         base = load_instance(self.base)  # errors name the instance file itself
@@ -333,6 +352,7 @@ def _axis(key: str, values: Any, label: str, path: Path) -> tuple[tuple[_Point, 
     (a table may carry a `label` for reports)."""
     if not isinstance(values, list) or not values:
         raise InputError(path, label, "must be a non-empty list of values (one run per value)")
+    _check_finite(values, label, path)
     if all(isinstance(v, dict) for v in values):
         points = tuple(_table_point(key, v, label, path) for v in values)
     elif any(isinstance(v, dict) for v in values):
@@ -353,6 +373,18 @@ def _table_point(axis: str, table: dict[str, Any], label: str, path: Path) -> _P
         raise InputError(path, f"{label}.label", "must be a string")
     shown = ", ".join(f"{k}={_show(v)}" for k, v in overrides.items() if not isinstance(v, list))
     return _Point(f"{axis}={name}" if name else shown, overrides)
+
+
+def _check_finite(value: Any, label: str, path: Path) -> None:
+    """TOML allows nan and inf; no instance key does, and results could not be stored as JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(path, label, f"must be finite, got {value!r}")
+    if isinstance(value, list):
+        for v in value:
+            _check_finite(v, label, path)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(v, f"{label}.{k}", path)
 
 
 def _show(value: Any) -> str:

@@ -19,6 +19,14 @@ from comoe_opt.errors import ComoeError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _run(argv)
+    except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
@@ -27,17 +35,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.handler(args)
     except ComoeError as exc:
-        print(f"comoe-opt: error: {exc}", file=sys.stderr)
+        print(f"comoe-opt: error: {one_line(str(exc))}", file=sys.stderr)
         return USER_ERROR
     except KeyboardInterrupt:
         print("comoe-opt: interrupted", file=sys.stderr)
         return 130
-    try:
-        emit(result, args.json)
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    emit(result, args.json)
+    sys.stdout.flush()
     return 0
+
+
+def one_line(message: str) -> str:
+    """A user error on one line: messages quoted from libraries may span several."""
+    return " ".join(message.split())
 
 
 def build_parser() -> argparse.ArgumentParser:

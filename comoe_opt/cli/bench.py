@@ -10,8 +10,7 @@ from typing import Any
 from comoe_opt.bench.provenance import available_cores
 from comoe_opt.bench.runner import BenchOutcome, describe_suite, run_suite
 from comoe_opt.bench.suite import load_suite
-from comoe_opt.cli.common import add_verb, emit
-from comoe_opt.errors import ComoeError
+from comoe_opt.cli.common import add_verb, emit, int_in
 
 
 def register(verbs: Any) -> None:
@@ -19,7 +18,9 @@ def register(verbs: Any) -> None:
     sub.add_argument("suite", type=Path, help="suite TOML file (see docs/bench.md)")
     where = sub.add_mutually_exclusive_group()
     where.add_argument(
-        "--jobs", type=int, help=f"local worker processes (default: the cores available, {available_cores()})"
+        "--jobs",
+        type=int_in(1, 1024),
+        help=f"local worker processes (default: the cores available, {available_cores()})",
     )
     where.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
     sub.add_argument("--out", type=Path, help="output folder (default: bench-out/<suite name>)")
@@ -29,8 +30,6 @@ def register(verbs: Any) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:
-    if args.jobs is not None and args.jobs < 1:
-        raise ComoeError(f"--jobs must be at least 1, got {args.jobs}")
     suite = load_suite(args.suite)
     if args.dry_run:
         return describe_suite(suite)

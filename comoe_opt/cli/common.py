@@ -10,6 +10,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from comoe_opt.errors import InputError
+from comoe_opt.instance import Instance, with_overrides
+
 USER_ERROR = 2
 
 
@@ -18,6 +21,33 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USER_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi] (a usage error, on one line, otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be >= {lo} and <= {hi:,}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def option_into(instance: Instance, option: str, key: str, value: Any) -> Instance:
+    """The instance with a CLI option written into its key, validated by the same schema as
+    the file: `--time-limit nan` fails exactly as `policy.time_limit_s = nan` does."""
+    if value is None:
+        return instance
+    try:
+        return with_overrides(instance, {key: value})
+    except InputError as exc:
+        raise InputError(None, f"{option} (instance key {key})", exc.problem) from None
 
 
 def add_verb(

@@ -7,12 +7,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb
+from comoe_opt.cli.common import add_verb, int_in
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
 from comoe_opt.evaluator.runs import eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
+from comoe_opt.files import writable_folder
 from comoe_opt.instance import Instance, load_instance, with_overrides
 
 COLUMNS = (
@@ -35,8 +36,10 @@ def register(verbs: Any) -> None:
     ev = add_verb(verbs, "evaluate", "strategies through the analytic latency model on a trace", cmd_evaluate)
     ev.add_argument("instance", type=Path)
     ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")
-    ev.add_argument("--micro-batches", type=int, default=0, help="use the first N micro-batches (0 = all)")
-    ev.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ev.add_argument(
+        "--micro-batches", type=int_in(0, 10**6), default=0, help="use the first N micro-batches (0 = all)"
+    )
+    ev.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
     ev.add_argument(
         "--placements-out",
         type=Path,
@@ -54,22 +57,32 @@ def register(verbs: Any) -> None:
     paper = add_verb(verbs, "paper", "reproduce the paper's Tables 4-5 and Figures 4-7", cmd_paper)
     paper.add_argument("instance", type=Path, nargs="?", default=Path("instances/paper-baseline.toml"))
     paper.add_argument("--out", type=Path, default=Path("out/paper"), help="folder for CSVs, PNGs, tables")
-    paper.add_argument("--jobs", type=int, default=2)
-    paper.add_argument("--sweep-batches", type=int, default=PaperSettings.sweep_batches)
-    paper.add_argument("--table5-batches", type=int, default=PaperSettings.table5_batches)
+    paper.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
+    paper.add_argument(
+        "--sweep-batches",
+        type=int_in(1, 10**6),
+        default=PaperSettings.sweep_batches,
+        help="micro-batches per point of the Figure 6-7 sweeps (default %(default)s)",
+    )
+    paper.add_argument(
+        "--table5-batches",
+        type=int_in(1, 10**6),
+        default=PaperSettings.table5_batches,
+        help="micro-batches per Table 5 ablation (default %(default)s)",
+    )
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     instance = apply_settings(load_instance(args.instance), args.set)
     names = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if not names:
+        raise ComoeError(f"--strategies: no strategy named (known: {', '.join(STRATEGIES)})")
     unknown = [s for s in names if s not in STRATEGIES]
     if unknown:
         raise ComoeError(f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})")
-    if args.jobs < 1:
-        raise ComoeError("--jobs must be at least 1")
     out = args.placements_out
-    if out is not None and out.exists() and not out.is_dir():
-        raise ComoeError(f"--placements-out {out}: exists and is not a folder")
+    if out is not None:
+        writable_folder(out, "--placements-out")
     rows = run_many([eval_run(instance, s, args.micro_batches, out) for s in names], args.jobs)
     peers = peer_summary(rows)
     text = format_rows(instance.name, rows)
@@ -107,17 +120,21 @@ def apply_settings(instance: Instance, settings: list[str]) -> Instance:
 
 
 def _toml_value(text: str) -> Any:
-    """A TOML value (number, boolean, array, quoted string); anything else is a bare string."""
+    """A TOML value (number, boolean, array, quoted string); anything else is a bare string.
+    A value is one line: text after a line break would otherwise be read as more keys."""
+    if any(ch in text for ch in "\n\r\x00"):
+        raise ComoeError(f"--set value {text!r}: must be one line (give each key its own --set)")
     try:
-        return tomllib.loads(f"v = {text}")["v"]
+        table = tomllib.loads(f"v = {text}")
     except tomllib.TOMLDecodeError:
         return text
+    if set(table) != {"v"}:
+        raise ComoeError(f"--set value {text!r}: not a single TOML value")
+    return table["v"]
 
 
 def cmd_paper(args: argparse.Namespace) -> dict[str, Any]:
     instance = load_instance(args.instance)
-    if args.jobs < 1:
-        raise ComoeError("--jobs must be at least 1")
     settings = PaperSettings(
         table5_batches=args.table5_batches, sweep_batches=args.sweep_batches, jobs=args.jobs
     )

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb
+from comoe_opt.cli.common import add_verb, int_in
 from comoe_opt.errors import InputError
 from comoe_opt.formats import read_placement
 from comoe_opt.instance import FileTrace, Instance, load_instance
@@ -26,19 +26,22 @@ def register(verbs: Any) -> None:
     )
     gap.add_argument("instance", type=Path, help="instance TOML file")
     gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")
-    gap.add_argument("--windows", type=int, default=200, help="(micro-batch, layer) samples (default 200)")
+    gap.add_argument(
+        "--windows", type=int_in(1, 10**6), default=200, help="(micro-batch, layer) samples (default 200)"
+    )
     gap.add_argument("--placement", type=Path, help="placement JSON (comoe-opt solve -o) for the fast loop")
     gap.add_argument(
-        "--slow-windows", type=int, default=3, help="slow-loop windows to compare heuristics with the MILP on"
+        "--slow-windows",
+        type=int_in(0, 10**4),
+        default=3,
+        help="slow-loop windows to compare heuristics with the MILP on",
     )
-    gap.add_argument("--seed", type=int, default=0, help="seed of the sample draw (default 0)")
+    gap.add_argument(
+        "--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the sample draw, >= 0 (default 0)"
+    )
 
 
 def cmd_gap(args: argparse.Namespace) -> dict[str, Any]:
-    if args.windows < 1:
-        raise InputError(None, "--windows", f"must be >= 1, got {args.windows}")
-    if args.slow_windows < 0:
-        raise InputError(None, "--slow-windows", f"must be >= 0, got {args.slow_windows}")
     instance = load_instance(args.instance)
     batches = _batches(instance, args.trace)
     placement = None

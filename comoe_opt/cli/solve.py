@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb
+from comoe_opt.cli.common import add_verb, int_in, option_into
 from comoe_opt.errors import ComoeError
 from comoe_opt.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
 from comoe_opt.instance import Instance, load_instance
@@ -30,10 +29,12 @@ def register(verbs: Any) -> None:
     source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
     source.add_argument("--counts", type=Path, help="expert-load counts (logical_count [layers, experts])")
     sub.add_argument("--method", choices=RESIDENCY_METHODS, default="milp")
-    sub.add_argument("--window", type=int, default=0, help="which window of the trace (default 0)")
+    sub.add_argument(
+        "--window", type=int_in(0, 10**6), default=0, help="which window of the trace (default 0)"
+    )
     sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
-    sub.add_argument("--time-limit", type=float, help="seconds (default: policy.time_limit_s)")
-    sub.add_argument("--gap", type=float, help="relative MIP gap (default: policy.mip_gap)")
+    sub.add_argument("--time-limit", type=float, help="seconds, > 0 (default: policy.time_limit_s)")
+    sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
     sub.add_argument(
         "--scenarios",
         type=int,
@@ -51,8 +52,9 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     if args.export and not args.output:
         raise ComoeError("--export needs -o FILE")
     instance = _with_scenarios(instance, args)
-    limit = args.time_limit if args.time_limit is not None else instance.policy.time_limit_s
-    gap = args.gap if args.gap is not None else instance.policy.mip_gap
+    instance = option_into(instance, "--time-limit", "policy.time_limit_s", args.time_limit)
+    instance = option_into(instance, "--gap", "policy.mip_gap", args.gap)
+    limit, gap = instance.policy.time_limit_s, instance.policy.mip_gap
     if args.rolling:
         if args.counts:
             raise ComoeError("--rolling needs a per-token trace, not --counts")
@@ -71,14 +73,9 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
 
 def _with_scenarios(instance: Instance, args: argparse.Namespace) -> Instance:
     """The instance with `--scenarios` as its policy's balance scenarios."""
-    if args.scenarios is None:
-        return instance
-    if args.scenarios < 0:
-        raise ComoeError(f"--scenarios must be >= 0, got {args.scenarios}")
     if args.scenarios and args.counts:
         raise ComoeError("--scenarios needs a per-token trace: load counts have no micro-batches")
-    policy = dataclasses.replace(instance.policy, balance_scenarios=args.scenarios)
-    return dataclasses.replace(instance, policy=policy)
+    return option_into(instance, "--scenarios", "policy.balance_scenarios", args.scenarios)
 
 
 def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:

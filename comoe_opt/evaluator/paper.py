@@ -17,7 +17,7 @@ from typing import Any
 
 from comoe_opt.evaluator.runs import eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4, TABLE5
-from comoe_opt.files import atomic_path
+from comoe_opt.files import atomic_path, writable_folder
 from comoe_opt.instance import Instance, with_overrides
 
 # Paper Table 4 (default configuration): mean ms, P95 ms, token GB/batch, expert load GB/batch,
@@ -63,7 +63,7 @@ class PaperSettings:
 def run_paper(instance: Instance, out: Path, settings: PaperSettings = PaperSettings()) -> dict[str, Any]:
     """Run everything, write the files, return the tables and where they went."""
     start = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
+    writable_folder(out, "--out")
     runs = [eval_run(instance, s, settings.table4_batches, part="table4") for s in (*TABLE4, "eplb")]
     runs += [eval_run(instance, s, settings.table5_batches, part="table5") for s in TABLE5]
     for fig, (key, _, values) in SWEEPS.items():

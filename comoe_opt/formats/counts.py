@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,8 +12,10 @@ import numpy as np
 
 from comoe_opt.errors import InputError
 from comoe_opt.formats.jsonio import is_int, is_number, json_type, load_json
+from comoe_opt.npzfile import npz_names, read_npz
 
 LOAD_KEYS = ("logical_count", "counts")
+MAX_COUNT = 1e15  # tokens per expert: far past any recording, and sums of such counts stay exact
 
 
 def read_load_counts(
@@ -114,10 +115,14 @@ def _numeric_array(raw: Any, prefix: str, path: Path) -> np.ndarray:
             raise InputError(path, where, "is a list where a number was expected (ragged rows)")
         if not is_number(value):
             raise InputError(path, where, f"not a number: {value!r}")
+        if isinstance(value, int) and abs(value) > MAX_COUNT:
+            raise InputError(path, where, f"count above {MAX_COUNT:g} ({len(str(value))} digits)")
         if not math.isfinite(value):
             raise InputError(path, where, f"must be finite, got {value!r}")
         if value < 0:
             raise InputError(path, where, f"negative count {value!r}")
+        if value > MAX_COUNT:
+            raise InputError(path, where, f"count {value:g} above {MAX_COUNT:g}: sums would overflow")
 
     if not isinstance(raw, list):
         raise InputError(path, label, f"must be a list of lists, got {json_type(raw)}")
@@ -128,18 +133,13 @@ def _numeric_array(raw: Any, prefix: str, path: Path) -> np.ndarray:
 def _load_counts_npz(path: Path) -> tuple[np.ndarray, str]:
     if not path.exists():
         raise InputError(path, None, "no such load-count file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            name = next((k for k in LOAD_KEYS if k in data.files), None)
-            if name is None:
-                raise InputError(
-                    path,
-                    None,
-                    f"holds no array {' or '.join(map(repr, LOAD_KEYS))} (has {sorted(data.files)})",
-                )
-            arr = data[name]
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise InputError(path, None, f"not a readable .npz file: {exc}") from None
+    arrays = read_npz(path, LOAD_KEYS)
+    name = next((k for k in LOAD_KEYS if k in arrays), None)
+    if name is None:
+        raise InputError(
+            path, None, f"holds no array {' or '.join(map(repr, LOAD_KEYS))} (has {sorted(npz_names(path))})"
+        )
+    arr = arrays[name]
     if (
         arr.dtype == np.bool_
         or not np.issubdtype(arr.dtype, np.number)
@@ -147,7 +147,12 @@ def _load_counts_npz(path: Path) -> tuple[np.ndarray, str]:
     ):
         raise InputError(path, name, f"must be numeric, got dtype {arr.dtype}")
     arr = arr.astype(np.float64)
-    for bad, problem in ((~np.isfinite(arr), "NaN or infinite count"), (arr < 0, "negative count")):
+    checks = (
+        (~np.isfinite(arr), "NaN or infinite count"),
+        (arr < 0, "negative count"),
+        (arr > MAX_COUNT, f"count above {MAX_COUNT:g} (sums would overflow):"),
+    )
+    for bad, problem in checks:
         where = np.argwhere(bad)
         if where.size:
             index = "".join(f"[{int(i)}]" for i in where[0])

@@ -12,6 +12,8 @@ import numpy as np
 from comoe_opt.errors import InputError
 from comoe_opt.files import atomic_path
 
+MAX_ID = 2**31  # an expert or device id beyond this is a corrupt value (and would overflow int64 math)
+
 
 def load_json(path: Path, what: str) -> Any:
     if not path.exists():
@@ -26,6 +28,10 @@ def load_json(path: Path, what: str) -> Any:
         raise InputError(
             path, None, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        raise InputError(path, None, "not a usable JSON document: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
+        raise InputError(path, None, f"not a usable JSON document: {exc}") from None
 
 
 def int_table(raw: Any, name: str, path: Path) -> np.ndarray:
@@ -43,10 +49,10 @@ def int_table(raw: Any, name: str, path: Path) -> np.ndarray:
             )
         width = len(row)
         for i, x in enumerate(row):
-            if not is_int(x) or x < 0:
-                raise InputError(
-                    path, f"{name}[{r}][{i}]", f"must be a non-negative integer expert id, got {x!r}"
-                )
+            if not is_int(x) or not 0 <= x < MAX_ID:
+                shown = repr(x) if len(repr(x)) < 40 else repr(x)[:40] + "..."
+                problem = f"must be a non-negative integer expert id below {MAX_ID:,}, got {shown}"
+                raise InputError(path, f"{name}[{r}][{i}]", problem)
     return np.array(raw, dtype=np.int64)
 
 

@@ -112,9 +112,17 @@ def solve_milp(
         model, time_limit_s=remaining, mip_gap=mip_gap / 2, warm_start=warm is not None
     )
     best = _Incumbent.of(warm)
-    if outcome.status.has_solution:
+    if outcome.status.has_solution and math.isfinite(outcome.objective):
         best.offer(problem, assign_replicas(problem, replica_counts(model, problem)), "replica-count MILP")
     bound = outcome.bound + problem.constant_ms  # a lower bound of the full model (formulations/residency.md)
+    bound_source = "replica-count MILP"
+    if not math.isfinite(bound):
+        # stopped before its root bound: the LP relaxation's is still a promise, and takes little time
+        relaxed = solve_lp(problem, time_limit_s=LP_BOUND_TIME_S)
+        if relaxed.status is Status.OPTIMAL:
+            bound, bound_source = relaxed.bound, "LP relaxation (the MILP stopped before its root bound)"
+        else:
+            bound_source = f"none: the LP relaxation ended {relaxed.status.value} too"
     remaining = time_limit_s - (time.perf_counter() - start)
     polish = None
     cuts = None
@@ -173,6 +181,7 @@ def solve_milp(
         "warm_start_objective": None if warm is None else warm.objective,
         "replica_model_objective": outcome.objective + problem.constant_ms,
         "replica_model_status": outcome.solver_status,
+        "replica_model_bound_from": bound_source,
         "build_s": build_s,
         "solver_s": outcome.runtime_s,
         "full_model_bound": None if polish is None else polish.bound,
@@ -251,6 +260,7 @@ EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut mode
 EXACT_SEARCH_FACTOR = (
     10  # ... then longer searches of this many times policy.search_moves, while time is left
 )
+LP_BOUND_TIME_S = 10.0  # the LP relaxation behind a MILP stopped before its root bound (ms usually)
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
 POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
@@ -365,11 +375,11 @@ def solve_full(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float
     return _solve_full_model(problem, None, time_limit_s=time_limit_s, mip_gap=mip_gap)
 
 
-def solve_lp(problem: ResidencyProblem) -> SolveResult[Placement]:
+def solve_lp(problem: ResidencyProblem, time_limit_s: float | None = None) -> SolveResult[Placement]:
     start = time.perf_counter()
     model = build_replica_model(problem)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(model)
-    outcome = solve_with_highs(model)
+    outcome = solve_with_highs(model, time_limit_s=time_limit_s)
     value = outcome.objective + problem.constant_ms
     return SolveResult(
         "lp",

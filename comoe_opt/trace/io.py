@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import zipfile
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import numpy as np
 
 from comoe_opt.errors import InputError
 from comoe_opt.files import atomic_path
+from comoe_opt.npzfile import read_npz
 from comoe_opt.trace.model import AggregateTrace, Trace
 
 FORMAT = "comoe-trace"
@@ -62,11 +61,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
 
 
 def _read_npz(path: Path, num_experts: int | None) -> Trace | AggregateTrace:
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (zipfile.BadZipFile, zlib.error, OSError, ValueError, EOFError) as exc:
-        raise InputError(path, None, f"not a readable .npz file: {exc}") from None
+    arrays = read_npz(path)
     if "topk" in arrays:
         return _per_token_from_arrays(arrays, path, num_experts)
     if "counts" in arrays:
@@ -98,6 +93,8 @@ def _resolve_experts(stored: np.ndarray | None, topk: np.ndarray, expected: int 
         if stored.shape != () or not np.issubdtype(stored.dtype, np.integer):
             raise InputError(path, "num_experts", "must be an integer scalar")
         value = int(stored)
+        if not 2 <= value <= MAX_INFERRED_EXPERTS:
+            raise InputError(path, "num_experts", f"must be >= 2 and <= {MAX_INFERRED_EXPERTS}, got {value}")
         if expected is not None and value != expected:
             raise InputError(path, "num_experts", f"file has {value} experts, the instance {expected}")
         return value
@@ -207,12 +204,17 @@ def _read_parquet(path: Path, num_experts: int | None) -> Trace:
     import pyarrow.parquet as pq
 
     try:
+        names = pq.read_schema(path).names
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise InputError(path, duplicated[0], "column appears more than once")
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise InputError(path, None, f"not a readable Parquet file: {exc}") from None
+        raise InputError(path, None, f"not a readable Parquet file: {_one_line(exc)}") from None
     header = _parquet_header(table, path)
     layout = _parquet_layout(table.column_names, path)
     layers = sorted(layout)
+    _check_header_layers(header, layers, path)
     ranks = len(layout[layers[0]])
     if any(len(layout[layer]) != ranks for layer in layers):
         raise InputError(path, "columns", "every layer needs the same number of e<layer>_<rank> columns")
@@ -235,6 +237,11 @@ def _read_parquet(path: Path, num_experts: int | None) -> Trace:
             axis=1,
         ).astype(np.float32)
     stored = header.get("num_experts")
+    if stored is not None and (isinstance(stored, bool) or not isinstance(stored, int)):
+        raise InputError(path, f"metadata {FORMAT}.num_experts", f"must be an integer, got {stored!r}")
+    if stored is not None and not 2 <= stored <= MAX_INFERRED_EXPERTS:
+        limit = f"must be >= 2 and <= {MAX_INFERRED_EXPERTS}, got {stored}"
+        raise InputError(path, f"metadata {FORMAT}.num_experts", limit)
     experts = _resolve_experts(None if stored is None else np.array(stored), topk, num_experts, path)
     return Trace(
         topk=topk,
@@ -259,6 +266,23 @@ def _parquet_header(table: Any, path: Path) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise InputError(path, f"metadata {FORMAT}", "must be a JSON object")
     return header
+
+
+def _check_header_layers(header: dict[str, Any], layers: list[int], path: Path) -> None:
+    """The header's `layers`, when given, must name the layers of the e<layer>_<rank> columns."""
+    stored = header.get("layers")
+    if stored is not None and stored != layers:
+        raise InputError(
+            path,
+            f"metadata {FORMAT}.layers",
+            f"is {str(stored)[:80]}, but the columns hold layers {str(layers)[:80]}",
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (pyarrow's span several, with schema dumps)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _parquet_layout(names: list[str], path: Path) -> dict[int, list[int]]:
