@@ -20,6 +20,14 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def available_cores() -> int:
+    """Processors this process may run on (as `nproc` reports)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def process_pool(
     jobs: int, *, preload: Sequence[str] = (), ignore_sigint: bool = False
 ) -> cf.ProcessPoolExecutor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -209,3 +211,36 @@ def test_a_closed_pipe_is_not_an_error(write_toml: Callable[..., Path], table: d
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0
     assert b"Traceback" not in err and err == b""
+
+
+def test_help_names_are_the_librarys() -> None:
+    """The parser lists methods and strategies without importing the solvers: the names must be
+    exactly the library's, and the paper's defaults its settings'."""
+    from comoe_opt.cli import choices
+    from comoe_opt.evaluator.paper import PaperSettings
+    from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
+    from comoe_opt.residency import RESIDENCY_METHODS
+
+    assert tuple(choices.RESIDENCY_METHODS) == RESIDENCY_METHODS
+    assert tuple(choices.STRATEGIES) == tuple(STRATEGIES)
+    assert (*TABLE4, "eplb") == choices.DEFAULT_STRATEGIES
+    assert PaperSettings.sweep_batches == choices.PAPER_SWEEP_BATCHES
+    assert PaperSettings.table5_batches == choices.PAPER_TABLE5_BATCHES
+
+
+def test_help_imports_no_solver() -> None:
+    """`comoe-opt --help` and each verb's help build the parser only: no Pyomo, OR-Tools, pandas."""
+    code = (
+        "import sys\n"
+        "from comoe_opt.cli import main\n"
+        "for argv in (['--help'], ['solve', '--help'], ['evaluate', '--help'], ['bench', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = [m for m in ('pyomo', 'ortools', 'pandas', 'highspy', 'scipy') if m in sys.modules]\n"
+        "print(heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip() == "[]", done.stderr
+    assert "eplb-flow: EPLB's placement" in done.stdout and "exact: milp, then" in done.stdout

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-import os
 import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
+
+from comoe_opt.parallel import available_cores
 
 PACKAGES = ("comoe-opt", "numpy", "pandas", "pyomo", "highspy", "ortools", "scipy")
 
@@ -45,14 +46,6 @@ def machine() -> str:
     """The machine of this process, for report headers: cores, CPU model, Python, OS."""
     python = platform.python_version()
     return f"nproc {available_cores()}; CPU {_cpu_model()}; Python {python}; {platform.system()}"
-
-
-def available_cores() -> int:
-    """Processors this process may run on (as `nproc` reports)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
 
 
 def _cpu_model() -> str:

@@ -7,14 +7,12 @@ package imports it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
 
-from comoe_opt import __version__
-from comoe_opt.cli import bench, data, evaluate, gap, solve
-from comoe_opt.cli.common import USER_ERROR, Parser, emit
+from comoe_opt.cli.common import USER_ERROR, emit
+from comoe_opt.cli.parser import build_parser
 from comoe_opt.errors import ComoeError
 
 
@@ -48,12 +46,3 @@ def _run(argv: Sequence[str] | None) -> int:
 def one_line(message: str) -> str:
     """A user error on one line: messages quoted from libraries may span several."""
     return " ".join(message.split())
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="comoe-opt", description="MoE expert placement and token mapping for chiplets.")
-    parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
-    verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)
-    for verb in (data, solve, gap, evaluate, bench):
-        verb.register(verbs)
-    return parser

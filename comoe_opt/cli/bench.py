@@ -10,23 +10,7 @@ from typing import Any
 from comoe_opt.bench.provenance import available_cores
 from comoe_opt.bench.runner import BenchOutcome, describe_suite, run_suite
 from comoe_opt.bench.suite import load_suite
-from comoe_opt.cli.common import add_verb, emit, int_in
-
-
-def register(verbs: Any) -> None:
-    sub = add_verb(verbs, "bench", "run a benchmark suite (instances x methods x seeds)", cmd_bench)
-    sub.add_argument("suite", type=Path, help="suite TOML file (see docs/bench.md)")
-    where = sub.add_mutually_exclusive_group()
-    where.add_argument(
-        "--jobs",
-        type=int_in(1, 1024),
-        help=f"local worker processes (default: the cores available, {available_cores()})",
-    )
-    where.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
-    sub.add_argument("--out", type=Path, help="output folder (default: bench-out/<suite name>)")
-    sub.add_argument("--resume", action="store_true", help="skip finished runs, retry failed ones")
-    sub.add_argument("--no-plots", action="store_true", help="write the report without plots")
-    sub.add_argument("--dry-run", action="store_true", help="list the expanded runs, run nothing")
+from comoe_opt.cli.common import emit
 
 
 def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:

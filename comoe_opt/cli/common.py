@@ -6,12 +6,12 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from comoe_opt.errors import InputError
-from comoe_opt.instance import Instance, with_overrides
+
+if TYPE_CHECKING:
+    from comoe_opt.instance import Instance
 
 USER_ERROR = 2
 
@@ -42,21 +42,14 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
 def option_into(instance: Instance, option: str, key: str, value: Any) -> Instance:
     """The instance with a CLI option written into its key, validated by the same schema as
     the file: `--time-limit nan` fails exactly as `policy.time_limit_s = nan` does."""
+    from comoe_opt.instance import with_overrides
+
     if value is None:
         return instance
     try:
         return with_overrides(instance, {key: value})
     except InputError as exc:
         raise InputError(None, f"{option} (instance key {key})", exc.problem) from None
-
-
-def add_verb(
-    group: Any, name: str, help_text: str, handler: Callable[[argparse.Namespace], dict]
-) -> argparse.ArgumentParser:
-    sub = group.add_parser(name, help=help_text, description=help_text)
-    sub.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    sub.set_defaults(handler=handler)
-    return sub
 
 
 def emit(result: dict[str, Any], as_json: bool) -> None:
@@ -70,6 +63,8 @@ def emit(result: dict[str, Any], as_json: bool) -> None:
 
 def _finite(value: Any) -> Any:
     """JSON has no infinity or NaN: a bound or objective that does not exist is null."""
+    import numpy as np
+
     if isinstance(value, float | np.floating):
         return float(value) if np.isfinite(value) else None
     if isinstance(value, dict):
@@ -80,6 +75,8 @@ def _finite(value: Any) -> Any:
 
 
 def _json_default(value: Any) -> Any:
+    import numpy as np
+
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, np.ndarray):

@@ -8,29 +8,9 @@ from typing import Any
 
 import pandas as pd
 
-from comoe_opt.cli.common import Parser, add_verb
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.stats.trace_stats import TraceStats, aggregate_stats, trace_stats, window_alpha
 from comoe_opt.trace import Trace, instance_batches, instance_trace, read_trace, write_trace
-
-
-def register(verbs: Any) -> None:
-    inst = verbs.add_parser("instance", help="instance files").add_subparsers(
-        title="instance commands", metavar="COMMAND", parser_class=Parser
-    )
-    show = add_verb(
-        inst, "show", "validate an instance and print it with every default filled in", cmd_instance_show
-    )
-    show.add_argument("instance", type=Path)
-
-    trace = verbs.add_parser("trace", help="routing traces").add_subparsers(
-        title="trace commands", metavar="COMMAND", parser_class=Parser
-    )
-    gen = add_verb(trace, "gen", "generate or read an instance's trace and write it to a file", cmd_trace_gen)
-    gen.add_argument("instance", type=Path, help="instance TOML file")
-    gen.add_argument("-o", "--output", type=Path, required=True, help="trace file (.npz or .parquet)")
-    info = add_verb(trace, "info", "statistics of a trace file or of an instance's trace", cmd_trace_info)
-    info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
 
 
 def cmd_instance_show(args: argparse.Namespace) -> dict[str, Any]:

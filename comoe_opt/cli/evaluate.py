@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import tomllib
-from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb, int_in
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
 from comoe_opt.evaluator.runs import eval_run, run_many
-from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
+from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.files import writable_folder
 from comoe_opt.instance import Instance, load_instance, with_overrides
 
@@ -30,46 +28,6 @@ COLUMNS = (
     ("pages_migrated", "migrated", "d"),
     ("copies_cancelled", "cancelled", "d"),
 )
-
-
-def register(verbs: Any) -> None:
-    ev = add_verb(verbs, "evaluate", "strategies through the analytic latency model on a trace", cmd_evaluate)
-    ev.add_argument("instance", type=Path)
-    ev.add_argument("--strategies", default=",".join((*TABLE4, "eplb")), help=f"from {', '.join(STRATEGIES)}")
-    ev.add_argument(
-        "--micro-batches", type=int_in(0, 10**6), default=0, help="use the first N micro-batches (0 = all)"
-    )
-    ev.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
-    ev.add_argument(
-        "--placements-out",
-        type=Path,
-        metavar="DIR",
-        help="write every placement each strategy used (DIR/<strategy>.json: window, replicas per device,"
-        " when each copy landed) for re-scoring by other code",
-    )
-    ev.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override an instance value (TOML syntax), e.g. policy.balance_scenarios=32; repeatable",
-    )
-    paper = add_verb(verbs, "paper", "reproduce the paper's Tables 4-5 and Figures 4-7", cmd_paper)
-    paper.add_argument("instance", type=Path, nargs="?", default=Path("instances/paper-baseline.toml"))
-    paper.add_argument("--out", type=Path, default=Path("out/paper"), help="folder for CSVs, PNGs, tables")
-    paper.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
-    paper.add_argument(
-        "--sweep-batches",
-        type=int_in(1, 10**6),
-        default=PaperSettings.sweep_batches,
-        help="micro-batches per point of the Figure 6-7 sweeps (default %(default)s)",
-    )
-    paper.add_argument(
-        "--table5-batches",
-        type=int_in(1, 10**6),
-        default=PaperSettings.table5_batches,
-        help="micro-batches per Table 5 ablation (default %(default)s)",
-    )
 
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb, int_in
 from comoe_opt.errors import InputError
 from comoe_opt.formats import read_placement
 from comoe_opt.instance import FileTrace, Instance, load_instance
@@ -14,31 +13,6 @@ from comoe_opt.mapping.gap import GapReport, fast_loop_gap
 from comoe_opt.planning.gap import slow_loop_gap, summarize_slow_gap
 from comoe_opt.trace import Trace, instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
-
-
-def register(verbs: Any) -> None:
-    gap = add_verb(
-        verbs,
-        "gap",
-        "heuristics against exact optima: each token-mapping method's makespan gap (fast loop) and "
-        "each residency heuristic's objective gap to the MILP bound (slow loop)",
-        cmd_gap,
-    )
-    gap.add_argument("instance", type=Path, help="instance TOML file")
-    gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")
-    gap.add_argument(
-        "--windows", type=int_in(1, 10**6), default=200, help="(micro-batch, layer) samples (default 200)"
-    )
-    gap.add_argument("--placement", type=Path, help="placement JSON (comoe-opt solve -o) for the fast loop")
-    gap.add_argument(
-        "--slow-windows",
-        type=int_in(0, 10**4),
-        default=3,
-        help="slow-loop windows to compare heuristics with the MILP on",
-    )
-    gap.add_argument(
-        "--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the sample draw, >= 0 (default 0)"
-    )
 
 
 def cmd_gap(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,44 +7,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.common import add_verb, int_in, option_into
+from comoe_opt.cli.common import option_into
 from comoe_opt.errors import ComoeError
 from comoe_opt.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.planning import plan_window, rolling_horizon
-from comoe_opt.residency import RESIDENCY_METHODS, Placement
+from comoe_opt.residency import Placement
 from comoe_opt.results import SolveResult
 from comoe_opt.stats.demand import WindowDemand, demand_from_counts
 from comoe_opt.trace import instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
 from comoe_opt.trace.model import Trace
-
-
-def register(verbs: Any) -> None:
-    sub = add_verb(
-        verbs, "solve", "expert residency and replicas for a trace window (the slow loop)", cmd_solve
-    )
-    sub.add_argument("instance", type=Path, help="instance TOML file")
-    source = sub.add_mutually_exclusive_group()
-    source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
-    source.add_argument("--counts", type=Path, help="expert-load counts (logical_count [layers, experts])")
-    sub.add_argument("--method", choices=RESIDENCY_METHODS, default="milp")
-    sub.add_argument(
-        "--window", type=int_in(0, 10**6), default=0, help="which window of the trace (default 0)"
-    )
-    sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
-    sub.add_argument("--time-limit", type=float, help="seconds, > 0 (default: policy.time_limit_s)")
-    sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
-    sub.add_argument(
-        "--scenarios",
-        type=int,
-        help="score balance on this many sampled micro-batches, 0 = on the mean load "
-        "(default: policy.balance_scenarios)",
-    )
-    sub.add_argument("-o", "--output", type=Path, help="write the placement (our JSON, or --export format)")
-    sub.add_argument(
-        "--export", choices=("sglang", "vllm-ascend"), help="write the placement for a serving engine"
-    )
 
 
 def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,0 +1,46 @@
+"""The names `--help` lists, with what each does, kept here so that building the parser imports
+no solver: `comoe-opt --help` must not wait for Pyomo and OR-Tools.
+
+tests/test_cli.py checks that these names are exactly the library's.
+"""
+
+from __future__ import annotations
+
+RESIDENCY_METHODS: dict[str, str] = {
+    "milp": "replica-count MILP (HiGHS) from the best heuristic, placed and refined: proven bound",
+    "exact": "milp, then the exact scenario model by row generation: a proven gap on the scenario objective",
+    "full": "plain MILP over every (layer, expert, chiplet): exact, for small instances",
+    "lp": "LP relaxation bound of the replica-count model only (no placement)",
+    "static": "heuristic: each expert once, round-robin by popularity, no replicas",
+    "hot": "heuristic: replicas of the hottest experts by sliding-window frequency",
+    "eplb": "DeepSeek's EPLB as published (hierarchical when groups divide over nodes)",
+    "eplb-distinct": "EPLB with no two replicas of one expert on one device",
+    "greedy": "heuristic: replicas where the objective falls most, one page at a time",
+}
+
+STRATEGIES: dict[str, str] = {
+    "static": "planned once, no replicas, home routing (paper Table 4)",
+    "hot": "hot-expert replication, even split (paper Table 4)",
+    "transition": "static placement + confidence-gated transition prefetch (paper Table 4)",
+    "comoe": "CoMoE-Chip: both loops, prefetch, credits, min-cost-flow routing",
+    "eplb": "EPLB re-planned every window, the engines' even split",
+    "eplb-flow": "EPLB's placement with min-cost-flow routing (the strongest EPLB)",
+    "oracle": "EPLB planned on each micro-batch itself, installed at once (the limit)",
+    "comoe-exact": "CoMoE planning with the exact scenario model (time-limited)",
+    "no-transitions": "Table 5 ablation: popularity prefetch instead of the transition graph",
+    "no-replicas": "Table 5 ablation: one replica per expert",
+    "no-congestion": "Table 5 ablation: even split instead of congestion-aware mapping",
+    "no-credits": "Table 5 ablation: prefetch without credits or priorities",
+    "single-scale": "Table 5 ablation: one time scale (re-plan 10x per window)",
+}
+
+DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
+
+# `comoe-opt paper` defaults (comoe_opt.evaluator.paper.PaperSettings)
+PAPER_TABLE5_BATCHES = 400
+PAPER_SWEEP_BATCHES = 200
+
+
+def described(names: dict[str, str]) -> str:
+    """Help text listing every name with what it does."""
+    return "; ".join(f"{name}: {text}" for name, text in names.items())

@@ -1,0 +1,243 @@
+"""The `comoe-opt` argument parser: every verb and option, with its help.
+
+Building it imports no solver and no data library: each verb's handler is named by module and
+function and imported only when that verb runs, so `comoe-opt --help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from comoe_opt import __version__
+from comoe_opt.cli.choices import (
+    DEFAULT_STRATEGIES,
+    PAPER_SWEEP_BATCHES,
+    PAPER_TABLE5_BATCHES,
+    RESIDENCY_METHODS,
+    STRATEGIES,
+    described,
+)
+from comoe_opt.cli.common import Parser, int_in
+from comoe_opt.parallel import available_cores
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="comoe-opt",
+        description="MoE expert placement and token mapping for chiplets and expert-parallel devices.",
+        epilog="Every verb takes --json. User errors print one line on stderr and exit with status 2.",
+    )
+    parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
+    verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)
+    for register in (_data, _solve, _gap, _evaluate, _paper, _bench):
+        register(verbs)
+    return parser
+
+
+def lazy(module: str, function: str) -> Callable[[argparse.Namespace], dict[str, Any]]:
+    """A handler that imports `comoe_opt.cli.<module>` only when its verb runs."""
+
+    def handler(args: argparse.Namespace) -> dict[str, Any]:
+        return getattr(importlib.import_module(f"comoe_opt.cli.{module}"), function)(args)
+
+    return handler
+
+
+def add_verb(group: Any, name: str, help_text: str, handler: Callable) -> argparse.ArgumentParser:
+    sub = group.add_parser(name, help=help_text, description=help_text)
+    sub.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def _data(verbs: Any) -> None:
+    inst = verbs.add_parser("instance", help="instance files").add_subparsers(
+        title="instance commands", metavar="COMMAND", parser_class=Parser
+    )
+    show = add_verb(
+        inst,
+        "show",
+        "validate an instance and print it with every default filled in",
+        lazy("data", "cmd_instance_show"),
+    )
+    show.add_argument("instance", type=Path, help="instance TOML file")
+    trace = verbs.add_parser("trace", help="routing traces").add_subparsers(
+        title="trace commands", metavar="COMMAND", parser_class=Parser
+    )
+    gen = add_verb(
+        trace,
+        "gen",
+        "generate or read an instance's trace and write it to a file",
+        lazy("data", "cmd_trace_gen"),
+    )
+    gen.add_argument("instance", type=Path, help="instance TOML file")
+    gen.add_argument("-o", "--output", type=Path, required=True, help="trace file (.npz or .parquet)")
+    info = add_verb(
+        trace,
+        "info",
+        "statistics of a trace file or of an instance's trace",
+        lazy("data", "cmd_trace_info"),
+    )
+    info.add_argument("source", type=Path, help="trace file (.npz, .parquet) or instance (.toml)")
+
+
+def _solve(verbs: Any) -> None:
+    sub = add_verb(
+        verbs,
+        "solve",
+        "expert residency and replicas for a trace window (the slow loop)",
+        lazy("solve", "cmd_solve"),
+    )
+    sub.add_argument("instance", type=Path, help="instance TOML file")
+    source = sub.add_mutually_exclusive_group()
+    source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
+    source.add_argument(
+        "--counts",
+        type=Path,
+        help="expert-load counts instead of a trace: JSON or .npz, logical_count [layers, experts]"
+        " or [steps, layers, experts]",
+    )
+    sub.add_argument(
+        "--method",
+        choices=tuple(RESIDENCY_METHODS),
+        default="milp",
+        metavar="METHOD",
+        help=f"(default milp) {described(RESIDENCY_METHODS)}",
+    )
+    sub.add_argument(
+        "--window", type=int_in(0, 10**6), default=0, help="which window of the trace (default 0)"
+    )
+    sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
+    sub.add_argument("--time-limit", type=float, help="seconds, > 0 (default: policy.time_limit_s)")
+    sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
+    sub.add_argument(
+        "--scenarios",
+        type=int,
+        help="score balance on this many sampled micro-batches, 0 = on the mean load "
+        "(default: policy.balance_scenarios)",
+    )
+    sub.add_argument("-o", "--output", type=Path, help="write the placement (our JSON, or --export format)")
+    sub.add_argument(
+        "--export",
+        choices=("sglang", "vllm-ascend"),
+        help="write the placement for a serving engine (see docs/placement-format.md)",
+    )
+
+
+def _gap(verbs: Any) -> None:
+    gap = add_verb(
+        verbs,
+        "gap",
+        "heuristics against exact optima: each token-mapping method's makespan gap (fast loop) and "
+        "each residency heuristic's objective gap to the MILP bound (slow loop)",
+        lazy("gap", "cmd_gap"),
+    )
+    gap.add_argument("instance", type=Path, help="instance TOML file")
+    gap.add_argument("--trace", type=Path, help="per-token trace (.npz/.parquet) instead of the instance's")
+    gap.add_argument(
+        "--windows", type=int_in(1, 10**6), default=200, help="(micro-batch, layer) samples (default 200)"
+    )
+    gap.add_argument("--placement", type=Path, help="placement JSON (comoe-opt solve -o) for the fast loop")
+    gap.add_argument(
+        "--slow-windows",
+        type=int_in(0, 10**4),
+        default=3,
+        help="slow-loop windows to compare heuristics with the MILP on (default 3)",
+    )
+    gap.add_argument(
+        "--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the sample draw, >= 0 (default 0)"
+    )
+
+
+def _evaluate(verbs: Any) -> None:
+    ev = add_verb(
+        verbs,
+        "evaluate",
+        "strategies through the analytic latency model on a trace",
+        lazy("evaluate", "cmd_evaluate"),
+    )
+    ev.add_argument("instance", type=Path, help="instance TOML file")
+    ev.add_argument(
+        "--strategies",
+        default=",".join(DEFAULT_STRATEGIES),
+        metavar="A,B,...",
+        help=f"comma-separated (default {','.join(DEFAULT_STRATEGIES)}); {described(STRATEGIES)}",
+    )
+    ev.add_argument(
+        "--micro-batches", type=int_in(0, 10**6), default=0, help="use the first N micro-batches (0 = all)"
+    )
+    ev.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
+    ev.add_argument(
+        "--placements-out",
+        type=Path,
+        metavar="DIR",
+        help="write every placement each strategy used (DIR/<strategy>.json: window, replicas per device,"
+        " when each copy landed) for re-scoring by other code",
+    )
+    ev.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override an instance value (TOML syntax), e.g. policy.balance_scenarios=32; repeatable",
+    )
+
+
+def _paper(verbs: Any) -> None:
+    paper = add_verb(
+        verbs,
+        "paper",
+        "reproduce the paper's Tables 4-5 and Figures 4-7: tables printed beside the paper's, CSV + PNG",
+        lazy("evaluate", "cmd_paper"),
+    )
+    paper.add_argument(
+        "instance",
+        type=Path,
+        nargs="?",
+        default=Path("instances/paper-baseline.toml"),
+        help="instance TOML file (default instances/paper-baseline.toml)",
+    )
+    paper.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/paper"),
+        help="folder for CSVs, PNGs, tables (default out/paper)",
+    )
+    paper.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
+    paper.add_argument(
+        "--sweep-batches",
+        type=int_in(1, 10**6),
+        default=PAPER_SWEEP_BATCHES,
+        help="micro-batches per point of the Figure 5-7 sweeps (default %(default)s)",
+    )
+    paper.add_argument(
+        "--table5-batches",
+        type=int_in(1, 10**6),
+        default=PAPER_TABLE5_BATCHES,
+        help="micro-batches per Table 5 ablation (default %(default)s); Table 4 uses the whole trace",
+    )
+
+
+def _bench(verbs: Any) -> None:
+    sub = add_verb(
+        verbs,
+        "bench",
+        "run a benchmark suite (instances x methods x seeds)",
+        lazy("bench", "cmd_bench"),
+    )
+    sub.add_argument("suite", type=Path, help="suite TOML file (see docs/bench.md)")
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument(
+        "--jobs",
+        type=int_in(1, 1024),
+        help=f"local worker processes (default: the cores available, {available_cores()})",
+    )
+    where.add_argument("--scheduler", metavar="ADDRESS", help="run on a Dask scheduler, e.g. tcp://host:8786")
+    sub.add_argument("--out", type=Path, help="output folder (default: bench-out/<suite name>)")
+    sub.add_argument("--resume", action="store_true", help="skip finished runs, retry failed ones")
+    sub.add_argument("--no-plots", action="store_true", help="write the report without plots")
+    sub.add_argument("--dry-run", action="store_true", help="list the expanded runs, run nothing")
