@@ -59,9 +59,36 @@ class ModelShape:
         default=1,
     )
 
+    first_moe_layer: int = param(
+        "model layer id of the first MoE layer: the dense layers before it (DeepSeek-V3: "
+        "first_k_dense_replace = 3); MoE layers are numbered on from it",
+        ge=0,
+        le=1024,
+        default=0,
+        why=WHY_LAYERS,
+    )
+    model_layers: int = param(
+        "decoder layers of the whole model, dense ones included (DeepSeek-V3: num_hidden_layers = 61); "
+        "0 = first_moe_layer + layers. SGLang's expert maps and load dumps have one row per model layer",
+        ge=0,
+        le=2048,
+        default=0,
+        why=WHY_LAYERS,
+    )
+
     @property
     def logical_experts(self) -> int:
         return self.layers * self.experts_per_layer
+
+    @property
+    def moe_layer_ids(self) -> list[int]:
+        """The model layer id of each MoE layer."""
+        return list(range(self.first_moe_layer, self.first_moe_layer + self.layers))
+
+    @property
+    def hidden_layers(self) -> int:
+        """Decoder layers of the model, dense ones included."""
+        return self.model_layers or self.first_moe_layer + self.layers
 
     @property
     def token_bytes(self) -> float:
@@ -341,6 +368,13 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     model = build(ModelShape, table["model"], source, "model")
     if model.top_k > model.experts_per_layer:
         raise InputError(source, "model.top_k", f"must be <= experts_per_layer ({model.experts_per_layer})")
+    if model.model_layers and model.model_layers < model.first_moe_layer + model.layers:
+        raise InputError(
+            source,
+            "model.model_layers",
+            f"is {model.model_layers}, fewer than first_moe_layer + layers"
+            f" ({model.first_moe_layer + model.layers})",
+        )
     hardware = _build_hardware(table["hardware"], source)
     trace = _build_trace(table["trace"], source)
     policy = build(Policy, table.get("policy", {}), source, "policy")

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from comoe_opt.cli.common import option_into
 from comoe_opt.errors import ComoeError
-from comoe_opt.formats import read_load_counts, write_placement, write_sglang, write_vllm_ascend
+from comoe_opt.formats import (
+    launch_flags,
+    read_step_counts,
+    write_placement,
+    write_sglang,
+    write_vllm_ascend,
+)
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.planning import plan_window, rolling_horizon
 from comoe_opt.residency import Placement
 from comoe_opt.results import SolveResult
-from comoe_opt.stats.demand import WindowDemand, demand_from_counts
+from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
 from comoe_opt.trace import instance_batches, make_batches, read_trace
 from comoe_opt.trace.batching import MicroBatches
 from comoe_opt.trace.model import Trace
+from comoe_opt.trace.source import check_layer_numbering
 
 
 def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,14 +48,16 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     report["balance_scenarios"] = problem.scenarios
     if args.output and result.solution is not None:
         report["output"] = str(_write(instance, result.solution, args, load))
+        if args.export:
+            report["launch_flags"] = launch_flags(args.export, args.output, result.solution)
     report["_text"] = _format(instance, result, report.get("output"), problem.scenarios)
+    if "launch_flags" in report:
+        report["_text"] += f"\n  launch the engine with: {report['launch_flags']}"
     return report
 
 
 def _with_scenarios(instance: Instance, args: argparse.Namespace) -> Instance:
     """The instance with `--scenarios` as its policy's balance scenarios."""
-    if args.scenarios and args.counts:
-        raise ComoeError("--scenarios needs a per-token trace: load counts have no micro-batches")
     return option_into(instance, "--scenarios", "policy.balance_scenarios", args.scenarios)
 
 
@@ -62,6 +72,7 @@ def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
             f"{trace_path}: {trace.layers} layers, top-{trace.top_k}; the instance has "
             f"{instance.model.layers} layers, top-{instance.model.top_k}"
         )
+    check_layer_numbering(trace, instance.model, trace_path)
     batching = getattr(instance.trace, "batching", "decode")
     return make_batches(trace, instance.trace.tokens_per_batch, batching)
 
@@ -70,10 +81,16 @@ def _history(instance: Instance, args: argparse.Namespace) -> tuple[MicroBatches
     """What the window is planned on: micro-batches, or a demand from load counts (returned too)."""
     model = instance.model
     if args.counts:
-        counts = read_load_counts(args.counts, model.layers, model.experts_per_layer)
-        demand = demand_from_counts(counts, instance.trace.tokens_per_batch, model.top_k)
-        window = instance.policy.window_batches
-        return WindowDemand(demand.tokens, demand.used, demand.hidden, window), counts
+        steps = read_step_counts(
+            args.counts, model.layers, model.experts_per_layer, model_layer_ids=model.moe_layer_ids
+        )
+        policy = instance.policy
+        demand = demand_from_step_counts(
+            steps, instance.trace.tokens_per_batch, model.top_k, policy.balance_scenarios
+        )
+        # the counts' steps are the scenarios; the plan serves a window of the instance's length
+        window = dataclasses.replace(demand, batches=policy.window_batches)
+        return window, steps.sum(axis=0)
     batches = _batches(instance, args.trace)
     window = instance.policy.window_batches
     start = args.window * window
@@ -86,8 +103,15 @@ def _history(instance: Instance, args: argparse.Namespace) -> tuple[MicroBatches
 
 
 def _write(instance: Instance, placement: Placement, args: argparse.Namespace, load: Any) -> Path:
-    if args.export == "sglang":
-        return write_sglang(placement, args.output, load=load)
+    model = instance.model
+    if args.export == "sglang":  # one row per model layer: SGLang indexes the map by layer id
+        return write_sglang(
+            placement,
+            args.output,
+            load=load,
+            layer_ids=model.moe_layer_ids,
+            num_model_layers=model.hidden_layers,
+        )
     if args.export == "vllm-ascend":
         return write_vllm_ascend(placement, args.output, load=load)
     return write_placement(placement, args.output, page_gb=instance.model.page_gb, instance=instance.name)

@@ -6,9 +6,10 @@ and deterministic. Formats are documented in docs/placement-format.md. A new
 file format is a module here.
 """
 
-from comoe_opt.formats.counts import read_load_counts
+from comoe_opt.formats.counts import read_load_counts, read_step_counts
 from comoe_opt.formats.engines import (
     device_slots,
+    launch_flags,
     read_sglang,
     read_vllm_ascend,
     write_sglang,
@@ -24,10 +25,12 @@ from comoe_opt.formats.placement_file import (
 __all__ = [
     "PlacementFile",
     "device_slots",
+    "launch_flags",
     "read_load_counts",
     "read_placement",
     "read_placement_file",
     "read_sglang",
+    "read_step_counts",
     "read_vllm_ascend",
     "write_placement",
     "write_sglang",

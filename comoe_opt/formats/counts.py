@@ -24,14 +24,34 @@ def read_load_counts(
     experts: int | None = None,
     *,
     layer_ids: Sequence[int] | None = None,
+    model_layer_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """Expert-load counts as float64 [layers, experts] from JSON or `.npz`.
+    """Expert-load counts as float64 [layers, experts] (summed over steps): `read_step_counts`."""
+    return read_step_counts(path, layers, experts, layer_ids=layer_ids, model_layer_ids=model_layer_ids).sum(
+        axis=0
+    )
 
-    JSON: `{"logical_count": [...]}` (or `"counts"`), or a bare 2-D list.
-    `.npz`: array `logical_count` or `counts`. A 3-D array is SGLang's
-    `[steps, layers, experts]` dump and is summed over steps. `layer_ids`
-    picks rows (e.g. the MoE layers of a model with dense layers) before the
-    shape check against `layers` and `experts`.
+
+def read_step_counts(
+    path: str | Path,
+    layers: int | None = None,
+    experts: int | None = None,
+    *,
+    layer_ids: Sequence[int] | None = None,
+    model_layer_ids: Sequence[int] | None = None,
+) -> np.ndarray:
+    """Expert-load counts per step as float64 [steps, layers, experts] from JSON, `.npz` or
+    SGLang's `.pt` recorder dump.
+
+    JSON: `{"logical_count": [...]}` (or `"counts"`, other keys ignored), or a bare list.
+    `.npz`: array `logical_count` or `counts`. `.pt`: SGLang's expert-distribution recorder
+    dump (`torch.save` of a dict with `logical_count`), read when torch is installed. A 2-D
+    array is one step. Steps whose counts are all zero (the unused rows of the recorder's ring
+    buffer) are dropped.
+
+    Rows are layers. `layer_ids` picks rows before the shape check. `model_layer_ids` are
+    the model layer ids of the MoE layers: a file with more rows than `layers` (SGLang's
+    dumps have one row per model layer, dense ones included) is read at those rows.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -40,35 +60,64 @@ def read_load_counts(
     elif suffix == ".npz":
         counts, name = _load_counts_npz(path)
     elif suffix == ".pt":
-        raise InputError(
-            path,
-            None,
-            "PyTorch files are not read; convert SGLang's dump with "
-            "json.dump({'logical_count': torch.load(p)['logical_count'].tolist()}, f)",
-        )
+        counts, name = _load_counts_torch(path)
     else:
-        raise InputError(path, None, f"unknown load-count format {suffix!r} (expected .json or .npz)")
-    if counts.ndim == 3:
-        counts = counts.sum(axis=0)
-    elif counts.ndim != 2:
+        raise InputError(path, None, f"unknown load-count format {suffix!r} (expected .json, .npz or .pt)")
+    if counts.ndim == 2:
+        counts = counts[None]
+    elif counts.ndim != 3:
         raise InputError(
             path,
             name,
             f"must be [layers, experts] or [steps, layers, experts], got shape {list(counts.shape)}",
         )
+    if layer_ids is None and model_layer_ids is not None and layers is not None and counts.shape[1] > layers:
+        layer_ids = model_layer_ids
     if layer_ids is not None:
         ids = list(layer_ids)
-        bad = [x for x in ids if not is_int(x) or not 0 <= x < counts.shape[0]]
+        bad = [x for x in ids if not is_int(x) or not 0 <= x < counts.shape[1]]
         if bad:
-            raise InputError(path, name, f"layer_ids {bad} out of range 0..{counts.shape[0] - 1}")
-        counts = counts[ids]
-    if layers is not None and counts.shape[0] != layers:
-        raise InputError(path, name, f"has {counts.shape[0]} layers, expected {layers}")
-    if experts is not None and counts.shape[1] != experts:
-        raise InputError(path, name, f"has {counts.shape[1]} experts, expected {experts}")
-    if counts.size == 0 or not counts.any():
+            raise InputError(path, name, f"layer ids {bad} out of range 0..{counts.shape[1] - 1}")
+        counts = counts[:, ids]
+    if layers is not None and counts.shape[1] != layers:
+        raise InputError(path, name, f"has {counts.shape[1]} layers, expected {layers}")
+    if experts is not None and counts.shape[2] != experts:
+        raise InputError(path, name, f"has {counts.shape[2]} experts, expected {experts}")
+    counts = counts[counts.reshape(counts.shape[0], -1).any(axis=1)]
+    if counts.size == 0:
         raise InputError(path, name, "all counts are zero (or empty): no load to plan on")
     return counts
+
+
+def _load_counts_torch(path: Path) -> tuple[np.ndarray, str]:
+    """SGLang's recorder dump; torch is optional (`pip install comoe-opt[torch]`)."""
+    if not path.exists():
+        raise InputError(path, None, "no such load-count file")
+    try:
+        import torch
+    except ImportError:
+        raise InputError(
+            path,
+            None,
+            "reading a PyTorch dump needs torch (pip install 'comoe-opt[torch]'); or convert it: "
+            'python -c "import json,sys,torch; d=torch.load(sys.argv[1]); '
+            "json.dump({'logical_count': d['logical_count'].tolist()}, open(sys.argv[2], 'w'))\" "
+            f"{path.name} counts.json",
+        ) from None
+    try:
+        doc = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many kinds for a bad file; all mean the same here
+        raise InputError(
+            path, None, f"not a readable PyTorch file: {' '.join(str(exc).split())[:200]}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise InputError(path, None, f"must hold a dict (SGLang's recorder dump), got {type(doc).__name__}")
+    name = next((k for k in LOAD_KEYS if k in doc), None)
+    if name is None:
+        raise InputError(path, None, f"holds no {' or '.join(map(repr, LOAD_KEYS))} (has {sorted(doc)})")
+    value = doc[name]
+    array = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    return _checked_numeric(array, name, path), name
 
 
 def _load_counts_json(path: Path) -> tuple[np.ndarray, str]:
@@ -139,7 +188,11 @@ def _load_counts_npz(path: Path) -> tuple[np.ndarray, str]:
         raise InputError(
             path, None, f"holds no array {' or '.join(map(repr, LOAD_KEYS))} (has {sorted(npz_names(path))})"
         )
-    arr = arrays[name]
+    return _checked_numeric(arrays[name], name, path), name
+
+
+def _checked_numeric(arr: np.ndarray, name: str, path: Path) -> np.ndarray:
+    """A numeric array of finite, non-negative counts below `MAX_COUNT`, as float64."""
     if (
         arr.dtype == np.bool_
         or not np.issubdtype(arr.dtype, np.number)
@@ -157,7 +210,7 @@ def _load_counts_npz(path: Path) -> tuple[np.ndarray, str]:
         if where.size:
             index = "".join(f"[{int(i)}]" for i in where[0])
             raise InputError(path, f"{name}{index}", f"{problem} {arr[tuple(where[0])]!r}")
-    return arr, name
+    return arr
 
 
 # ================================================================ helpers

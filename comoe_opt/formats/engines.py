@@ -11,6 +11,7 @@ hold fewer replicas are padded (`device_slots`). Formats: docs/placement-format.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -95,6 +96,23 @@ def _check_load(load: np.ndarray | None, layers: int, experts: int) -> np.ndarra
     if (arr < 0).any():
         raise InputError(None, "load", "contains negative values")
     return arr
+
+
+def redundant_experts(placement: Placement) -> int:
+    """Physical slots per layer beyond the logical experts, as the engines count them: every
+    device gets the largest per-device replica count (`device_slots`)."""
+    slots = int(placement.resident.sum(axis=1).max())
+    return placement.chiplets * slots - placement.experts
+
+
+def launch_flags(engine: str, path: Path, placement: Placement) -> str:
+    """The launch options that make the engine load the written map (checked against SGLang 0.5.23
+    and vLLM-Ascend at 182b75ea84; docs/placement-format.md)."""
+    extra = redundant_experts(placement)
+    if engine == "sglang":
+        return f"--init-expert-location {path} --ep-num-redundant-experts {extra}"
+    config = {"eplb_config": {"expert_map_path": str(path), "num_redundant_experts": extra}}
+    return f"--additional-config '{json.dumps(config)}'"
 
 
 # ================================================================= SGLang
@@ -207,10 +225,13 @@ def _sglang_model_layers(
 def write_vllm_ascend(placement: Placement, path: str | Path, *, load: np.ndarray | None = None) -> Path:
     """Write vLLM-Ascend's `expert_map_path` JSON (`moe_layer_count`, `layer_list`).
 
-    Layers are MoE layers in order (vLLM-Ascend skips dense layers itself);
-    devices are the placement's chiplets; padding follows `device_slots`.
+    Layers are MoE layers in order (vLLM-Ascend counts MoE layers, not model layers); devices
+    are the placement's chiplets; padding follows `device_slots`. The name must end in `.json`
+    (vLLM-Ascend refuses any other).
     """
     path = Path(path)
+    if not path.name.endswith(".json"):
+        raise InputError(path, None, "vLLM-Ascend accepts expert_map_path only when its name ends in '.json'")
     slots = with_source(path, lambda: device_slots(placement, load, engine="vLLM-Ascend"))
     doc = {
         "moe_layer_count": placement.layers,

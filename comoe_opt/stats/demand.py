@@ -113,3 +113,29 @@ def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) ->
         raise InputError(None, "logical_count", "every layer needs a positive total count")
     tokens = counts / totals * (tokens_per_batch * top_k)
     return WindowDemand(tokens, 1.0 - np.exp(-tokens), np.zeros_like(tokens), 0)
+
+
+def demand_from_step_counts(
+    steps: np.ndarray, tokens_per_batch: int, top_k: int, scenarios: int = 0
+) -> WindowDemand:
+    """Demand from per-step load counts [T, L, E] (SGLang's recorder dump): each layer scaled by
+    one factor so its mean step has `tokens_per_batch · top_k` selections (bursts keep their
+    size), use probability = share of steps that selected the expert, no prefetch; with
+    `scenarios` > 0 and more than one step, that many steps are the balance scenarios.
+    One step is `demand_from_counts`."""
+    steps = np.asarray(steps, dtype=np.float64)
+    if steps.ndim == 2 or steps.shape[0] == 1:
+        return demand_from_counts(steps.reshape(steps.shape[-2:]), tokens_per_batch, top_k)
+    totals = steps.sum(axis=2).mean(axis=0)  # [L] mean selections per step
+    if np.any(totals <= 0):
+        raise InputError(None, "logical_count", "every layer needs a positive total count")
+    scaled = steps * (tokens_per_batch * top_k / totals)[None, :, None]
+    chosen = scaled[sample_scenarios(scaled.shape[0], scenarios)] if scenarios else None
+    return WindowDemand(
+        scaled.mean(axis=0),
+        (scaled > 0).mean(axis=0),
+        np.zeros(scaled.shape[1:]),
+        scaled.shape[0],
+        scaled.max(axis=0),
+        chosen,
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from comoe_opt.errors import InputError
-from comoe_opt.instance import FileTrace, Instance
+from comoe_opt.instance import FileTrace, Instance, ModelShape
 from comoe_opt.trace.batching import MicroBatches, make_batches
 from comoe_opt.trace.io import read_trace
 from comoe_opt.trace.model import Trace
@@ -28,7 +28,21 @@ def instance_trace(instance: Instance) -> Trace:
         raise InputError(
             path, "topk", f"has top-{trace.top_k} routing, the instance's model top-{model.top_k}"
         )
+    check_layer_numbering(trace, model, path)
     return trace
+
+
+def check_layer_numbering(trace: Trace, model: ModelShape, path: object) -> None:
+    """A trace's layer ids are MoE ordinals (0..L-1) or the model's layer ids of its MoE layers
+    (`model.first_moe_layer` on): anything else is another model's trace, or a missing setting."""
+    ids = [int(x) for x in trace.layer_ids]
+    if ids != list(range(trace.layers)) and ids != model.moe_layer_ids:
+        raise InputError(
+            path,
+            "layers",
+            f"the trace's layer ids are {ids[0]}..{ids[-1]}, the instance's MoE layers"
+            f" {model.moe_layer_ids[0]}..{model.moe_layer_ids[-1]} (set model.first_moe_layer)",
+        )
 
 
 def instance_batches(instance: Instance, trace: Trace | None = None) -> MicroBatches:

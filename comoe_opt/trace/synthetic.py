@@ -51,7 +51,8 @@ def generate(model: ModelShape, spec: SyntheticTrace) -> Trace:
         per_phase.append(_generate_phase(model, spec, batches * spec.tokens_per_batch, rng))
     topk = np.concatenate(per_phase, axis=0)
     meta = {"generator": "zipf-markov", **asdict(spec)}
-    return Trace(topk=topk, num_experts=model.experts_per_layer, meta=meta)
+    layer_ids = np.array(model.moe_layer_ids, dtype=np.int64)  # the model's numbering, dense layers skipped
+    return Trace(topk=topk, num_experts=model.experts_per_layer, layer_ids=layer_ids, meta=meta)
 
 
 def _phase_sizes(micro_batches: int, drift_every: int) -> list[int]:
