@@ -9,6 +9,7 @@ raise an `InputError` naming the file and the dotted key.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -107,8 +108,7 @@ def build(cls: type[T], table: Any, source: str | Path, where: str, **context: A
     """
     if not isinstance(table, dict):
         raise InputError(source, where, f"must be a table, got {_type_name(table)}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _schema(cls)
     unknown = sorted(set(table) - set(fields))
     if unknown:
         raise InputError(source, _key(where, unknown[0]), f"unknown key (valid keys: {', '.join(fields)})")
@@ -121,6 +121,12 @@ def build(cls: type[T], table: Any, source: str | Path, where: str, **context: A
             continue
         values[name] = _coerce(table[name], hints[name], f.metadata, source, key, context)
     return cls(**values)
+
+
+@functools.cache
+def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+    """Type hints and init fields of a dataclass, computed once (resolving hints is slow)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
 
 
 def _coerce(value: Any, hint: Any, meta: Any, source: Any, key: str, context: dict) -> Any:
