@@ -18,6 +18,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
@@ -33,4 +34,4 @@ calibrate: $(STAMP)  # the paper baseline's one calibration, on the static strat
 	$(BIN)/python benchmarks/calibrate_static.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

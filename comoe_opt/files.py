@@ -43,6 +43,8 @@ def writable_folder(path: Path, option: str) -> Path:
     probe file: a file in the way, a read-only mount or a full disk fail now, in one line,
     rather than after the first result."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InputError(None, f"{option} {path}", "exists and is not a folder")
     probe = path / ".write-probe"
     try:
         path.mkdir(parents=True, exist_ok=True)

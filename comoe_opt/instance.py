@@ -409,8 +409,7 @@ def _check_sizes(model: ModelShape, hardware: Hardware, trace: TraceSource, sour
 
 def _build_hardware(table: Any, source: str | Path) -> Hardware:
     chiplets = table.get("chiplets") if isinstance(table, dict) else None
-    valid = isinstance(chiplets, int) and not isinstance(chiplets, bool)
-    if not valid or not 1 <= chiplets <= 1024:
+    if not isinstance(chiplets, int) or isinstance(chiplets, bool) or not 1 <= chiplets <= 1024:
         # let `build` produce the precise message for a missing or bad count
         return build(Hardware, table, source, "hardware")
     return build(Hardware, table, source, "hardware", chiplets=chiplets)

@@ -108,7 +108,7 @@ def build(cls: type[T], table: Any, source: str | Path, where: str, **context: A
     """
     if not isinstance(table, dict):
         raise InputError(source, where, f"must be a table, got {_type_name(table)}")
-    hints, fields = _schema(cls)
+    hints, fields = _schema(typing.cast(Any, cls))
     unknown = sorted(set(table) - set(fields))
     if unknown:
         raise InputError(source, _key(where, unknown[0]), f"unknown key (valid keys: {', '.join(fields)})")
@@ -124,7 +124,7 @@ def build(cls: type[T], table: Any, source: str | Path, where: str, **context: A
 
 
 @functools.cache
-def _schema(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
+def _schema(cls: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
     """Type hints and init fields of a dataclass, computed once (resolving hints is slow)."""
     return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
 

@@ -260,8 +260,7 @@ def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placeme
     count = doc.get("moe_layer_count")
     if not is_int(count) or count < 1:
         raise InputError(path, "moe_layer_count", f"must be a positive integer, got {count!r}")
-    layer_list = doc.get("layer_list")
-    expect_list(layer_list, count, "layer_list", path, "layers (moe_layer_count)")
+    layer_list = expect_list(doc.get("layer_list"), count, "layer_list", path, "layers (moe_layer_count)")
     tables = []
     devices = slots = None
     for li, layer in enumerate(layer_list):
@@ -317,7 +316,7 @@ def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placeme
         tables.append(rows)
     table = np.array(tables, dtype=np.int64)  # [layers, devices, slots]
     n = num_logical(table, experts, "layer_list[*].device_list[*].device_expert", path)
-    resident = np.zeros((count, n, devices), dtype=bool)
+    resident = np.zeros((table.shape[0], n, table.shape[1]), dtype=bool)
     l_idx, d_idx, _ = np.indices(table.shape)
     resident[l_idx, table, d_idx] = True
     return Placement(resident)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -66,11 +66,12 @@ def num_logical(table: np.ndarray, experts: int | None, name: str, path: Path) -
     return experts
 
 
-def expect_list(value: Any, length: int, where: str, path: Path, what: str) -> None:
+def expect_list(value: Any, length: int, where: str, path: Path, what: str) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(path, where, f"must be a list, got {json_type(value)}")
     if len(value) != length:
         raise InputError(path, where, f"has {len(value)} entries, expected {length} {what}")
+    return value
 
 
 def with_source(path: Path, fn: Any) -> Any:
@@ -117,11 +118,11 @@ def _format(value: Any, indent: int) -> str:
     return "{\n" + ",\n".join(items) + "\n" + pad + "}"
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int | np.integer) and not isinstance(value, bool | np.bool_)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
         value, bool | np.bool_
     )

@@ -113,7 +113,7 @@ def read_placement_file(
         raise InputError(
             path, "version", f"unsupported version {version} (this comoe-opt reads {FORMAT_VERSION})"
         )
-    shape = []
+    shape: list[int] = []
     for key, expected in (("layers", layers), ("experts_per_layer", experts), ("chiplets", chiplets)):
         value = doc.get(key)
         if not is_int(value) or value < 1:
@@ -132,7 +132,8 @@ def read_placement_file(
         raise InputError(path, "meta", f"must be a JSON object, got {json_type(meta)}")
     if "placement" not in doc:
         raise InputError(path, "placement", "missing")
-    resident = _parse_replica_sets(doc["placement"], *shape, path)
+    layers, experts, chiplets = shape
+    resident = _parse_replica_sets(doc["placement"], layers, experts, chiplets, path)
     return PlacementFile(
         Placement(resident),
         page_gb=None if page_gb is None else float(page_gb),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
 from comoe_opt.planning.window import Plan, plan_window
 from comoe_opt.residency.placement import Placement
@@ -40,7 +41,9 @@ class WindowPlan:
 
     @property
     def placement(self) -> Placement:
-        return self.plan.result.solution
+        placement = self.plan.result.solution
+        assert placement is not None, "rolling_horizon yields only windows with a placement"
+        return placement
 
 
 class Leases:
@@ -92,6 +95,9 @@ def rolling_horizon(
             time_limit_s=time_limit_s,
         )
         placement = plan.result.solution
+        if placement is None:
+            status = plan.result.status.value
+            raise ComoeError(f"window {w}: {method} found no placement ({status}); try another method")
         yield WindowPlan(w, start, stop, history, plan, placement.pages_moved_from(previous))
         leases.renew(w, placement, previous)
         previous = placement

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,7 @@ def _per_token_from_arrays(arrays: dict[str, np.ndarray], path: Path, num_expert
         probs=probs,
         seq_id=arrays.get("seq_id"),
         pos=arrays.get("pos"),
-        layer_ids=arrays.get("layers"),
+        layer_ids=typing.cast(np.ndarray, arrays.get("layers")),  # None: layers 0..L-1
         meta=meta,
         source=str(path),
     )
@@ -132,8 +133,8 @@ def _aggregate_from_arrays(
     if num_experts is not None and counts.ndim == 2 and counts.shape[1] != num_experts:
         raise InputError(path, "counts", f"has {counts.shape[1]} experts, the instance {num_experts}")
     layers = arrays.get("layers")
-    if layers is None and counts.ndim == 2:
-        layers = np.arange(counts.shape[0])
+    if layers is None:  # 0..L-1 (a counts array of another shape is reported by validation)
+        layers = np.arange(counts.shape[0] if counts.ndim == 2 else 0)
     domains: dict[str, dict[str, np.ndarray]] = {}
     for key, value in arrays.items():
         match = _DOMAIN_KEY.match(key)

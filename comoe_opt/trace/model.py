@@ -30,7 +30,7 @@ class Trace:
     probs: np.ndarray | None = None
     seq_id: np.ndarray | None = None
     pos: np.ndarray | None = None
-    layer_ids: np.ndarray | None = None
+    layer_ids: np.ndarray = None  # type: ignore[assignment]  # None: 0..layers-1, set in __post_init__
     meta: dict[str, Any] = field(default_factory=dict)
     source: str | None = None
 

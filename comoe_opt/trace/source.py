@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from comoe_opt.errors import InputError
 from comoe_opt.instance import FileTrace, Instance, ModelShape
 from comoe_opt.trace.batching import MicroBatches, make_batches
@@ -32,7 +34,7 @@ def instance_trace(instance: Instance) -> Trace:
     return trace
 
 
-def check_layer_numbering(trace: Trace, model: ModelShape, path: object) -> None:
+def check_layer_numbering(trace: Trace, model: ModelShape, path: str | Path | None) -> None:
     """A trace's layer ids are MoE ordinals (0..L-1) or the model's layer ids of its MoE layers
     (`model.first_moe_layer` on): anything else is another model's trace, or a missing setting."""
     ids = [int(x) for x in trace.layer_ids]
