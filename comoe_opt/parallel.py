@@ -11,6 +11,7 @@ import concurrent.futures as cf
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,18 +55,76 @@ def terminate(pool: cf.ProcessPoolExecutor) -> None:
         process.join(timeout=5)
 
 
-def parallel_map(fn: Callable[[T], R], items: Sequence[T], jobs: int, preload: Sequence[str] = ()) -> list[R]:
-    """`[fn(x) for x in items]` in the order of `items`; in worker processes when jobs > 1."""
+def parallel_map(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    jobs: int,
+    preload: Sequence[str] = (),
+    progress: Callable[[], None] | None = None,
+) -> list[R]:
+    """`[fn(x) for x in items]` in the order of `items`; in worker processes when jobs > 1.
+    `progress` is called once per finished item."""
+    tick = progress or (lambda: None)
     if jobs <= 1 or len(items) <= 1:
-        return [fn(x) for x in items]
+        out = []
+        for x in items:
+            out.append(fn(x))
+            tick()
+        return out
     pool = process_pool(min(jobs, len(items)), preload=preload)
     try:
-        results = list(pool.map(fn, items))
+        futures = [pool.submit(fn, x) for x in items]
+        for _ in cf.as_completed(futures):
+            tick()
+        results = [f.result() for f in futures]
     except BaseException:
         terminate(pool)
         raise
     pool.shutdown(wait=True)
     return results
+
+
+class ProgressLine:
+    """Progress of a long command on stderr: a tqdm bar on a terminal, otherwise a plain line at
+    most every `every_s` seconds (and at the end), so a log shows the command is alive."""
+
+    def __init__(self, total: int, label: str, stream: Any = None, every_s: float = 15.0):
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.label, self.every_s = total, label, every_s
+        self.done = 0
+        self.start = self.last = time.perf_counter()
+        self.bar = None
+        if _is_tty(self.stream):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="run", file=self.stream, dynamic_ncols=True)
+        else:
+            print(f"{label}: {total} runs", file=self.stream, flush=True)
+
+    def __call__(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            if self.done == self.total:
+                self.bar.close()
+            return
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or self.done == self.total:
+            self.last = now
+            elapsed = now - self.start
+            eta = elapsed / self.done * (self.total - self.done)
+            print(
+                f"{self.label}: {self.done}/{self.total} runs in {elapsed:.0f} s, about {eta:.0f} s left",
+                file=self.stream,
+                flush=True,
+            )
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _context(preload: Sequence[str]) -> Any:

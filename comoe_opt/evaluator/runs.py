@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,9 @@ def write_used_placements(path: Path, instance: Instance, strategy: str, log: Sa
         tmp.write_text(json.dumps(payload), encoding="utf-8")
 
 
-def run_many(runs: list[EvalRun], jobs: int = 1) -> list[dict[str, Any]]:
-    """Results in the order of `runs`; with jobs > 1, in worker processes."""
-    return parallel_map(run_eval, runs, jobs, preload=["comoe_opt.evaluator.runs"])
+def run_many(
+    runs: list[EvalRun], jobs: int = 1, progress: Callable[[], None] | None = None
+) -> list[dict[str, Any]]:
+    """Results in the order of `runs`; with jobs > 1, in worker processes; `progress` is
+    called once per finished run."""
+    return parallel_map(run_eval, runs, jobs, preload=["comoe_opt.evaluator.runs"], progress=progress)
