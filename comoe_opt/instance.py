@@ -337,6 +337,14 @@ class Instance:
 _SECTIONS = ("model", "hardware", "trace", "policy", "runtime")
 
 
+def packaged_instance(name: str) -> Path:
+    """An instance file shipped with the package (`comoe_opt/instances/`): works after
+    `pip install`, without a checkout."""
+    from importlib.resources import files
+
+    return Path(str(files("comoe_opt") / "instances" / name))
+
+
 def load_instance(path: str | Path) -> Instance:
     """Read and validate an instance TOML file."""
     path = Path(path)

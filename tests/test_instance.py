@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASELINE, small_table
+from conftest import BASELINE, ROOT, small_table
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -363,3 +363,14 @@ def test_console_script_one_line_error(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert path.name in lines[0] and key in lines[0]
+
+
+def test_paper_baseline_ships_with_the_package():
+    """`comoe-opt paper` works outside a checkout: its default instance is package data, and the
+    checkout's instances/paper-baseline.toml is that same file."""
+    from comoe_opt.instance import packaged_instance
+
+    packaged = packaged_instance("paper-baseline.toml")
+    assert packaged.is_file()
+    assert (ROOT / "instances" / "paper-baseline.toml").resolve() == packaged.resolve()
+    assert load_instance(packaged).name == "paper-baseline"

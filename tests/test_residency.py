@@ -304,3 +304,23 @@ def test_hot_counts_leased_replicas_against_its_pages():
     placement = HEURISTICS["hot"](p)
     assert not check_feasible(p, placement)
     assert placement.replicas()[0].tolist() == [2, 1, 1, 1]
+
+
+def test_hot_replicates_only_in_spare_pages():
+    # 6 pages for 8 experts: nothing is spare, so `hot` is `static` and never evicts for a replica;
+    # `hot-evict` takes its share (1 page of 6) for a replica of the hottest expert.
+    short = problem(
+        miss=[[8, 7, 6, 5, 4, 3, 2, 1]], work=[[8, 7, 6, 5, 4, 3, 2, 1]], capacity=[3, 3],
+        tokens=[[8, 7, 6, 5, 4, 3, 2, 1]],
+    )  # fmt: skip
+    hot, static, evicting = (HEURISTICS[m](short) for m in ("hot", "static", "hot-evict"))
+    assert np.array_equal(hot.replicas(), static.replicas())
+    assert hot.distinct == 6 and hot.replica_factor() == 1.0
+    assert evicting.distinct == 5 and evicting.replicas()[0, 0] == 2  # an expert evicted for a replica
+    # 12 pages for 8 experts: 4 spare, of which hot spends at most 20% of the pages (2)
+    roomy = problem(
+        miss=[[8, 7, 6, 5, 4, 3, 2, 1]], work=[[8, 7, 6, 5, 4, 3, 2, 1]], capacity=[6, 6],
+        tokens=[[8, 7, 6, 5, 4, 3, 2, 1]],
+    )  # fmt: skip
+    spare = HEURISTICS["hot"](roomy)
+    assert spare.distinct == 8 and spare.replicas()[0].tolist() == [2, 2, 1, 1, 1, 1, 1, 1]

@@ -12,7 +12,8 @@ RESIDENCY_METHODS: dict[str, str] = {
     "full": "plain MILP over every (layer, expert, chiplet): exact, for small instances",
     "lp": "LP relaxation bound of the replica-count model only (no placement)",
     "static": "heuristic: each expert once, round-robin by popularity, no replicas",
-    "hot": "heuristic: replicas of the hottest experts by sliding-window frequency",
+    "hot": "heuristic: replicas of the hottest experts by sliding-window frequency, in spare pages only",
+    "hot-evict": "hot, evicting the coldest experts to make room for its replicas",
     "eplb": "DeepSeek's EPLB as published (hierarchical when groups divide over nodes)",
     "eplb-distinct": "EPLB with no two replicas of one expert on one device",
     "greedy": "heuristic: replicas where the objective falls most, one page at a time",
@@ -20,7 +21,8 @@ RESIDENCY_METHODS: dict[str, str] = {
 
 STRATEGIES: dict[str, str] = {
     "static": "planned once, no replicas, home routing (paper Table 4)",
-    "hot": "hot-expert replication, even split (paper Table 4)",
+    "hot": "hot-expert replication in spare pages, even split (paper Table 4)",
+    "hot-evict": "hot replication that evicts the coldest experts for its replicas",
     "transition": "static placement + confidence-gated transition prefetch (paper Table 4)",
     "comoe": "CoMoE-Chip: both loops, prefetch, credits, min-cost-flow routing",
     "eplb": "EPLB re-planned every window, the engines' even split",
@@ -35,6 +37,8 @@ STRATEGIES: dict[str, str] = {
 }
 
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
+
+DEFAULT_PAPER_INSTANCE = "instances/paper-baseline.toml"  # in a checkout; else the packaged copy
 
 # `comoe-opt paper` defaults (comoe_opt.evaluator.paper.PaperSettings)
 PAPER_TABLE5_BATCHES = 400

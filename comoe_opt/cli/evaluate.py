@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import tomllib
+from pathlib import Path
 from typing import Any
 
+from comoe_opt.cli.choices import DEFAULT_PAPER_INSTANCE
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
 from comoe_opt.evaluator.runs import eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.files import writable_folder
-from comoe_opt.instance import Instance, load_instance, with_overrides
+from comoe_opt.instance import Instance, load_instance, packaged_instance, with_overrides
 
 COLUMNS = (
     ("mean_ms", "mean ms", ".4f"),
@@ -92,7 +94,10 @@ def _toml_value(text: str) -> Any:
 
 
 def cmd_paper(args: argparse.Namespace) -> dict[str, Any]:
-    instance = load_instance(args.instance)
+    path = args.instance
+    if path == Path(DEFAULT_PAPER_INSTANCE) and not path.exists():  # outside a checkout
+        path = packaged_instance(path.name)
+    instance = load_instance(path)
     settings = PaperSettings(
         table5_batches=args.table5_batches, sweep_batches=args.sweep_batches, jobs=args.jobs
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from comoe_opt import __version__
 from comoe_opt.cli.choices import (
+    DEFAULT_PAPER_INSTANCE,
     DEFAULT_STRATEGIES,
     PAPER_SWEEP_BATCHES,
     PAPER_TABLE5_BATCHES,
@@ -198,8 +199,9 @@ def _paper(verbs: Any) -> None:
         "instance",
         type=Path,
         nargs="?",
-        default=Path("instances/paper-baseline.toml"),
-        help="instance TOML file (default instances/paper-baseline.toml)",
+        default=Path(DEFAULT_PAPER_INSTANCE),
+        help="instance TOML file (default instances/paper-baseline.toml; outside a checkout, the copy"
+        " shipped with the package)",
     )
     paper.add_argument(
         "--out",

@@ -79,6 +79,16 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         label="hot replication",
     ),
+    # the evicting variant: replicas take their share of the pages even when experts do not fit
+    "hot-evict": Strategy(
+        "hot-evict",
+        residency="hot-evict",
+        replan=True,
+        prefetch="none",
+        mapping="even",
+        terms=NO_PREFETCH_TERM,
+        label="hot replication, evicting",
+    ),
     "transition": Strategy(
         "transition",
         residency="static",

@@ -3,9 +3,14 @@
 * `static` — one home per expert, the most used experts first until the pages
   run out; no replicas; homes in contiguous blocks of expert ids (the default
   layout of expert-parallel engines).
-* `hot` — hot replication: residency by window frequency, and a share of the
-  pages spent on one extra replica each for the hottest experts; same block
-  layout, extra replicas on the next chiplets.
+* `hot` — hot replication: residency by window frequency, and one extra
+  replica each for the hottest experts, in spare pages only (at most
+  `HOT_REPLICA_SHARE` of the pages): it never evicts an expert to make room
+  for a replica, as an engineer running it would not; same block layout,
+  extra replicas on the next chiplets. With no spare pages it is `static`.
+* `hot-evict` — the same, but the replicas' share of the pages is taken
+  whether or not every expert fits: the coldest experts are evicted to make
+  room (the variant that loses to static when capacity is short).
 * `eplb` — DeepSeek's EPLB as published (eplb.py): per layer, each device
   gives the layer the same slots; hierarchical packing of expert groups onto
   nodes when the model has groups and the devices form nodes, else global;
@@ -47,11 +52,26 @@ def static(problem: ResidencyProblem) -> Placement:
 
 
 def hot(problem: ResidencyProblem) -> Placement:
+    """Hot replication in spare pages only."""
+    return _hot(problem, evict=False)
+
+
+def hot_evict(problem: ResidencyProblem) -> Placement:
+    """Hot replication that evicts the coldest experts for its replicas' share of the pages."""
+    return _hot(problem, evict=True)
+
+
+def _hot(problem: ResidencyProblem, evict: bool) -> Placement:
     limit = problem.page_limit
     extra = int(HOT_REPLICA_SHARE * limit) if problem.max_replicas > 1 else 0
+    if not evict:  # every expert worth a page first; replicas only in what is left
+        extra = 0
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     order = _popularity(problem)
     _fill_first_replicas(problem, counts, order, limit - extra)
+    if not evict:
+        extra = min(int(HOT_REPLICA_SHARE * limit), limit - int(counts.sum()))
+        extra = extra if problem.max_replicas > 1 else 0
     extra = min(extra, limit - int(counts.sum()))  # leased replicas may already use some of it
     quota = _QuotaTracker(problem, counts)
     for flat in order:
@@ -204,6 +224,7 @@ def greedy(problem: ResidencyProblem) -> Placement:
 HEURISTICS = {
     "static": static,
     "hot": hot,
+    "hot-evict": hot_evict,
     "eplb": eplb,
     "eplb-distinct": eplb_distinct,
     "greedy": greedy,
