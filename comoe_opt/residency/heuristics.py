@@ -117,18 +117,39 @@ def eplb_slots(problem: ResidencyProblem) -> int | None:
 
 def eplb_distinct(problem: ResidencyProblem) -> Placement:
     """EPLB's replicate-then-pack, per layer, with distinct devices per expert. Each device gives
-    every layer the same number of slots, `capacity // layers`, as an EP deployment does. Leased
-    replicas stay where they are and count against their layer's slots."""
-    slots = problem.capacity_pages // problem.layers
-    per_layer = int(min(slots.sum(), problem.budget_pages // problem.layers))
+    every layer `capacity // layers` slots, as an EP deployment does, and its remaining pages one
+    more slot to as many layers, the most loaded first (no page is left unused). Leased replicas
+    stay where they are and count against their layer's slots."""
+    order = np.argsort(-problem.tokens.sum(axis=1), kind="stable")  # the most loaded layers first
+    held = problem.leased.sum(axis=1) if problem.leased is not None else None  # [L, C]
+    slots = np.stack(
+        [
+            _level_fill(int(pages), order, None if held is None else held[:, c])
+            for c, pages in enumerate(problem.capacity_pages)
+        ],
+        axis=1,
+    )  # [L, C]
+    budget = _level_fill(problem.budget_pages, order, None if held is None else held.sum(axis=1))
     leased = problem.leased_replicas()
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     for layer in range(problem.layers):
+        per_layer = int(min(slots[layer].sum(), budget[layer]))
         counts[layer] = _eplb_replicate(problem.tokens[layer], per_layer, problem.max_replicas, leased[layer])
     counts = _respect_quotas(problem, counts)
     return Placement(
-        np.stack([_eplb_pack(problem, layer, counts[layer], slots) for layer in range(problem.layers)])
+        np.stack([_eplb_pack(problem, layer, counts[layer], slots[layer]) for layer in range(problem.layers)])
     )
+
+
+def _level_fill(total: int, order: np.ndarray, floor: np.ndarray | None) -> np.ndarray:
+    """`total` pages over the layers as evenly as whole pages allow, each layer at least its
+    `floor` (leased pages); a page goes to the layer with the fewest, first in `order` on ties."""
+    out = np.zeros(order.size, dtype=np.int64) if floor is None else floor.astype(np.int64).copy()
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    for _ in range(max(0, total - int(out.sum()))):
+        out[np.lexsort((rank, out))[0]] += 1
+    return out
 
 
 def _eplb_replicate(load: np.ndarray, slots: int, max_replicas: int, floor: np.ndarray) -> np.ndarray:
