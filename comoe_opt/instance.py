@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -390,7 +391,8 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
     _check_sizes(model, hardware, trace, source)
-    path = Path(source).resolve()  # relative paths inside resolve against its folder
+    path = Path(os.path.abspath(source))  # relative paths inside resolve against its folder (as typed:
+    # a link to a shipped instance file is named as the user named it)
     return Instance(name, model, hardware, trace, policy, runtime, path)
 
 

@@ -54,27 +54,35 @@ def map_tokens(
         return _token_flow(rt, layer, experts, published, buffered, ahead_ms)
     if mapping == "flow":
         return _flow(rt, layer, experts, published, buffered, ahead_ms)
-    assignment = np.empty_like(experts)
-    for e in np.unique(experts):
-        rows, ranks = np.nonzero(experts == e)
-        replicas = np.flatnonzero(published[e])
-        if replicas.size == 0:
-            target = _fallback(rt, layer, e, buffered)
-            assignment[rows, ranks] = target
-        elif mapping == "even" and replicas.size > 1:
-            blocks = np.arange(rows.size) * replicas.size // rows.size
-            assignment[rows, ranks] = replicas[blocks]
-        else:
-            home = rt.home[layer, e]
-            assignment[rows, ranks] = home if published[e, home] else replicas[0]
-    return assignment
+    return _home_or_even(rt.home[layer], experts, published, buffered, even=mapping == "even")
 
 
-def _fallback(rt: Runtime, layer: int, e: int, buffered: np.ndarray) -> int:
-    """No replica: the buffer holding the page (earliest), else the expert's home (load on demand)."""
-    if np.isfinite(buffered[e]).any():
-        return int(np.argmin(buffered[e]))
-    return int(rt.home[layer, e])
+def _home_or_even(
+    home: np.ndarray, experts: np.ndarray, published: np.ndarray, buffered: np.ndarray, even: bool
+) -> np.ndarray:
+    """`home` and `even` for all experts at once. In token order, the i-th of an expert's n
+    (token, rank) pairs goes to its replica number i·r // n (`even`, r > 1 replicas, replicas in
+    chiplet order) or to its home replica (else its first); an expert with no replica goes to the
+    buffer holding its page (earliest), else to its home (an on-demand load)."""
+    flat = experts.ravel()
+    order = np.argsort(flat, kind="stable")  # grouped by expert, token order inside a group
+    grouped = flat[order]
+    _, start, count = np.unique(grouped, return_index=True, return_counts=True)
+    position = np.arange(flat.size) - np.repeat(start, count)
+    size = np.repeat(count, count)
+    replicas = published.sum(axis=1)
+    by_chiplet = np.argsort(~published, axis=1, kind="stable")  # each expert's replicas first
+    experts_all = np.arange(published.shape[0])
+    first = np.where(published[experts_all, home], home, by_chiplet[:, 0])
+    fallback = np.where(np.isfinite(buffered).any(axis=1), np.argmin(buffered, axis=1), home)
+    r = replicas[grouped]
+    target = np.where(r == 0, fallback[grouped], first[grouped])
+    if even:
+        spread = by_chiplet[grouped, position * r // size]
+        target = np.where(r > 1, spread, target)
+    assignment = np.empty_like(flat)
+    assignment[order] = target
+    return assignment.reshape(experts.shape)
 
 
 def _flow(
