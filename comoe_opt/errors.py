@@ -10,6 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 
+def first_line(exc: BaseException) -> str:
+    """A library's exception message as part of a one-line error: its first non-empty line
+    (pyarrow's and numpy's span several, with schema dumps), at most 300 characters."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else type(exc).__name__)[:300]
+
+
 class ComoeError(Exception):
     """An error caused by the user's input, reported without a traceback."""
 

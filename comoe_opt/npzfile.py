@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from comoe_opt.errors import InputError
+from comoe_opt.errors import InputError, first_line
 
 MAX_ARRAY_BYTES = 8 * 2**30  # one array above 8 GiB is not a trace a 24 GiB machine can plan on
 _ZIP_MAGIC = b"PK\x03\x04"
@@ -45,7 +45,7 @@ def read_npz(path: Path, keys: Iterable[str] | None = None) -> dict[str, np.ndar
                 if wanted is None or name in wanted
             }
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, NotImplementedError) as exc:
-        raise InputError(path, None, f"not a readable .npz archive: {_one_line(exc)}") from None
+        raise InputError(path, None, f"not a readable .npz archive: {first_line(exc)}") from None
 
 
 def npz_names(path: Path) -> list[str]:
@@ -55,7 +55,7 @@ def npz_names(path: Path) -> list[str]:
         with zipfile.ZipFile(path) as archive:
             return [n[: -len(".npy")] for n in archive.namelist() if n.endswith(".npy")]
     except (zipfile.BadZipFile, OSError) as exc:
-        raise InputError(path, None, f"not a readable .npz archive: {_one_line(exc)}") from None
+        raise InputError(path, None, f"not a readable .npz archive: {first_line(exc)}") from None
 
 
 def _check_magic(path: Path) -> None:
@@ -67,7 +67,7 @@ def _check_magic(path: Path) -> None:
     except IsADirectoryError:
         raise InputError(path, None, "not a readable .npz archive: it is a folder") from None
     except OSError as exc:
-        raise InputError(path, None, f"not a readable .npz archive: {_one_line(exc)}") from None
+        raise InputError(path, None, f"not a readable .npz archive: {first_line(exc)}") from None
     if head.startswith(_NPY_MAGIC):
         raise InputError(
             path, None, "not a readable .npz archive: a single .npy array (write it with np.savez)"
@@ -86,7 +86,7 @@ def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: Path, na
                 else np.lib.format.read_array_header_2_0(fh)
             )
         except (ValueError, EOFError) as exc:
-            raise InputError(path, name, f"not a valid .npy array header: {_one_line(exc)}") from None
+            raise InputError(path, name, f"not a valid .npy array header: {first_line(exc)}") from None
         shape, fortran, dtype = header
         if dtype.hasobject:
             raise InputError(path, name, "holds pickled (object) data, which is never loaded")
@@ -111,7 +111,3 @@ def _declared_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     for n in shape:
         total *= int(n)
     return total
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__

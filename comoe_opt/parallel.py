@@ -94,7 +94,7 @@ class ProgressLine:
         self.done = 0
         self.start = self.last = time.perf_counter()
         self.bar = None
-        if _is_tty(self.stream):
+        if is_terminal(self.stream):
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, desc=label, unit="run", file=self.stream, dynamic_ncols=True)
@@ -120,7 +120,7 @@ class ProgressLine:
             )
 
 
-def _is_tty(stream: Any) -> bool:
+def is_terminal(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from comoe_opt.parallel import is_terminal
+
 
 class Progress:
     def __init__(self, total: int, already: int, stream: TextIO | None = None, bar: bool | None = None):
@@ -15,7 +17,7 @@ class Progress:
         self.start_done = already
         self.failed = 0
         self.start = time.perf_counter()
-        use_bar = bar if bar is not None else _is_tty(self.stream)
+        use_bar = bar if bar is not None else is_terminal(self.stream)
         self.bar = None
         if use_bar:
             from tqdm import tqdm
@@ -66,10 +68,3 @@ def _duration(seconds: float) -> str:
     minutes, s = divmod(seconds, 60)
     hours, m = divmod(minutes, 60)
     return f"{hours}h{m:02d}m{s:02d}s" if hours else f"{m}m{s:02d}s" if m else f"{s}s"
-
-
-def _is_tty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

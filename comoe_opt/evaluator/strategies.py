@@ -60,6 +60,16 @@ COMOE = Strategy(
 # Only CoMoE plans residency knowing what prefetch hides (the transition graph's coupling).
 NO_PREFETCH_TERM = TERMS - {"prefetch"}
 
+HOT = Strategy(
+    "hot",
+    residency="hot",
+    replan=True,
+    prefetch="none",
+    mapping="even",
+    terms=NO_PREFETCH_TERM,
+    label="hot replication",
+)
+
 STRATEGIES: dict[str, Strategy] = {
     "static": Strategy(
         "static",
@@ -70,24 +80,10 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         label="static",
     ),
-    "hot": Strategy(
-        "hot",
-        residency="hot",
-        replan=True,
-        prefetch="none",
-        mapping="even",
-        terms=NO_PREFETCH_TERM,
-        label="hot replication",
-    ),
+    "hot": HOT,
     # the evicting variant: replicas take their share of the pages even when experts do not fit
-    "hot-evict": Strategy(
-        "hot-evict",
-        residency="hot-evict",
-        replan=True,
-        prefetch="none",
-        mapping="even",
-        terms=NO_PREFETCH_TERM,
-        label="hot replication, evicting",
+    "hot-evict": dataclasses.replace(
+        HOT, name="hot-evict", residency="hot-evict", label="hot replication, evicting"
     ),
     "transition": Strategy(
         "transition",

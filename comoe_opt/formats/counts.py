@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from comoe_opt.errors import InputError
+from comoe_opt.errors import InputError, first_line
 from comoe_opt.formats.jsonio import is_int, is_number, json_type, load_json
 from comoe_opt.npzfile import npz_names, read_npz
 
@@ -107,9 +107,7 @@ def _load_counts_torch(path: Path) -> tuple[np.ndarray, str]:
     try:
         doc = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many kinds for a bad file; all mean the same here
-        raise InputError(
-            path, None, f"not a readable PyTorch file: {' '.join(str(exc).split())[:200]}"
-        ) from None
+        raise InputError(path, None, f"not a readable PyTorch file: {first_line(exc)}") from None
     if not isinstance(doc, dict):
         raise InputError(path, None, f"must hold a dict (SGLang's recorder dump), got {type(doc).__name__}")
     name = next((k for k in LOAD_KEYS if k in doc), None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from comoe_opt.errors import InputError
+from comoe_opt.errors import InputError, first_line
 from comoe_opt.files import atomic_path
 from comoe_opt.npzfile import read_npz
 from comoe_opt.trace.model import AggregateTrace, Trace
@@ -211,7 +211,7 @@ def _read_parquet(path: Path, num_experts: int | None) -> Trace:
             raise InputError(path, duplicated[0], "column appears more than once")
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as exc:
-        raise InputError(path, None, f"not a readable Parquet file: {_one_line(exc)}") from None
+        raise InputError(path, None, f"not a readable Parquet file: {first_line(exc)}") from None
     header = _parquet_header(table, path)
     layout = _parquet_layout(table.column_names, path)
     layers = sorted(layout)
@@ -278,12 +278,6 @@ def _check_header_layers(header: dict[str, Any], layers: list[int], path: Path) 
             f"metadata {FORMAT}.layers",
             f"is {str(stored)[:80]}, but the columns hold layers {str(layers)[:80]}",
         )
-
-
-def _one_line(exc: BaseException) -> str:
-    """An exception's message on one line (pyarrow's span several, with schema dumps)."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
 
 
 def _parquet_layout(names: list[str], path: Path) -> dict[int, list[int]]:
