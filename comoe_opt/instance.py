@@ -284,6 +284,14 @@ class Runtime:
         default=0.6,
     )
     route_ms: float = param("top-k selection and directory lookup per layer", "ms", ge=0, default=0.01)
+    attention_share: float = param(
+        "0, or the share of static's mean per-layer latency that is attention: the evaluator then "
+        "sets attention_ms from a static replay of the same micro-batches before every run "
+        "(calibration on static, for regime maps); attention_ms is ignored",
+        ge=0,
+        lt=0.95,
+        default=0.0,
+    )
     d2d_concurrency_derate: float = param(
         "share of die-to-die bandwidth lost when many page streams run at once", ge=0, lt=1, default=0.15
     )

@@ -142,6 +142,10 @@ def _solve_flow(
     unit_ms: np.ndarray,
     resident: np.ndarray,
 ) -> np.ndarray:
+    usable = np.isfinite(ready_ms)
+    forced = usable.sum(axis=1) == 1
+    if forced[units].all():  # every unit has one chiplet: the flow has no choice to make
+        return np.argmax(usable, axis=1)[units]
     ticks_per_ms = 1e-3 / TICK_S
     ready = np.where(np.isfinite(ready_ms), np.ceil(ready_ms * ticks_per_ms), NEVER).astype(np.int64)
     hop = np.rint(rt.speeds.hop_ms * ticks_per_ms).astype(np.int64)

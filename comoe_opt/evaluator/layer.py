@@ -37,6 +37,9 @@ def exec_ms(tokens: np.ndarray, speeds: ChipletSpeeds) -> np.ndarray:
 def chiplet_finish(exec_: np.ndarray, ready: np.ndarray, arrive: np.ndarray) -> np.ndarray:
     """Finish time [C] of each chiplet running the experts with `exec_[e, c] > 0`."""
     active = exec_ > 0
+    if not (ready[active] > 0).any():  # every page is there at once: the chiplet never waits
+        total = exec_.sum(axis=0)
+        return np.where(total > 0, arrive + total, 0.0)
     key = np.where(active, ready, np.inf)
     order = np.argsort(key, axis=0, kind="stable")
     ex = np.take_along_axis(exec_, order, axis=0)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.evaluator.runs import eval_run, run_many
+from comoe_opt.evaluator.runs import distinct_runs, eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4, TABLE5
 from comoe_opt.files import atomic_path, writable_folder
 from comoe_opt.instance import Instance, with_overrides
@@ -71,7 +71,8 @@ def run_paper(instance: Instance, out: Path, settings: PaperSettings = PaperSett
         for value in values:
             swept = with_overrides(instance, {key: value})
             runs += [eval_run(swept, s, settings.sweep_batches, part=fig, x=value) for s in TABLE4]
-    results = run_many(runs, settings.jobs, progress=ProgressLine(len(runs), f"paper {instance.name}"))
+    progress = ProgressLine(distinct_runs(runs), f"paper {instance.name}")
+    results = run_many(runs, settings.jobs, progress=progress)
     table4 = [r for r in results if r["part"] == "table4"]
     table5 = _normalise(r for r in results if r["part"] == "table5")
     files = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from comoe_opt.evaluator.calibration import calibrated
 from comoe_opt.evaluator.metrics import summarize
 from comoe_opt.evaluator.runtime import SampleLog, replay
 from comoe_opt.evaluator.strategies import strategy as strategy_named
@@ -41,6 +43,7 @@ def evaluate_strategy(
     batches = instance_batches(instance)
     if micro_batches:
         batches = batches.window(0, min(micro_batches, batches.batches))
+    instance = calibrated(instance, batches)  # attention from runtime.attention_share, if set
     start = time.perf_counter()
     log = replay(instance, batches, chosen)
     if placements_out is not None:
@@ -49,6 +52,7 @@ def evaluate_strategy(
         "strategy": strategy,
         "label": chosen.title,
         **summarize(log),
+        "attention_ms": instance.runtime.attention_ms,
         "runtime_s": time.perf_counter() - start,
     }
 
@@ -104,5 +108,25 @@ def run_many(
     runs: list[EvalRun], jobs: int = 1, progress: Callable[[], None] | None = None
 ) -> list[dict[str, Any]]:
     """Results in the order of `runs`; with jobs > 1, in worker processes; `progress` is
-    called once per finished run."""
-    return parallel_map(run_eval, runs, jobs, preload=["comoe_opt.evaluator.runs"], progress=progress)
+    called once per finished run. Runs that differ only in their label run once (a sweep
+    through the base point repeats it)."""
+    keys = [_work_key(run) for run in runs]
+    unique = {key: dataclasses.replace(run, label=None) for key, run in zip(keys, runs, strict=True)}
+    done = parallel_map(
+        run_eval, list(unique.values()), jobs, preload=["comoe_opt.evaluator.runs"], progress=progress
+    )
+    by_key = dict(zip(unique, done, strict=True))
+    return [{**(run.label or {}), **by_key[key]} for key, run in zip(keys, runs, strict=True)]
+
+
+def distinct_runs(runs: list[EvalRun]) -> int:
+    """How many runs `run_many` actually runs (what its progress counts)."""
+    return len({_work_key(run) for run in runs})
+
+
+def _work_key(run: EvalRun) -> str:
+    return json.dumps(
+        [run.table, run.source, run.strategy, run.micro_batches, run.placements_out],
+        sort_keys=True,
+        default=str,
+    )

@@ -84,17 +84,16 @@ class _Prefetch:
 
 
 class _Buffers:
-    """Per-chiplet prefetch buffers: LRU page caches that are not replicas."""
+    """Per-chiplet prefetch buffers: LRU page caches that are not replicas. `arrival[l, e, c]`
+    mirrors the caches (inf where chiplet c buffers no page of expert e of layer l)."""
 
-    def __init__(self, pages: np.ndarray):
+    def __init__(self, pages: np.ndarray, layers: int, experts: int):
         self.capacity = pages
         self.pages: list[OrderedDict[tuple[int, int], float]] = [OrderedDict() for _ in pages]
+        self.arrival = np.full((layers, experts, len(pages)), np.inf)
 
-    def arrival(self, layer: int, chiplet: int, expert: int) -> float | None:
-        return self.pages[chiplet].get((layer, expert))
-
-    def holders(self, layer: int, expert: int) -> list[tuple[int, float]]:
-        return [(c, p[(layer, expert)]) for c, p in enumerate(self.pages) if (layer, expert) in p]
+    def held(self, layer: int, expert: int) -> bool:
+        return bool(np.isfinite(self.arrival[layer, expert]).any())
 
     def put(self, layer: int, chiplet: int, expert: int, arrival: float) -> None:
         if self.capacity[chiplet] <= 0:
@@ -102,14 +101,14 @@ class _Buffers:
         cache = self.pages[chiplet]
         cache[(layer, expert)] = arrival
         cache.move_to_end((layer, expert))
+        self.arrival[layer, expert, chiplet] = arrival
         while len(cache) > self.capacity[chiplet]:
-            cache.popitem(last=False)
+            (l, e), _ = cache.popitem(last=False)
+            self.arrival[l, e, chiplet] = np.inf
 
     def drop(self, layer: int, chiplet: int, expert: int) -> None:
         self.pages[chiplet].pop((layer, expert), None)
-
-    def free(self, chiplet: int) -> int:
-        return int(self.capacity[chiplet]) - len(self.pages[chiplet])
+        self.arrival[layer, expert, chiplet] = np.inf
 
 
 @dataclass
@@ -162,7 +161,9 @@ class _Runtime:
         self.derate = rt.d2d_concurrency_derate
         self.credits = rt.prefetch_credit_pages if strategy.credits else None
         buffer_pages = instance.pages(hw.prefetch_buffer_gb)
-        self.buffers = _Buffers(buffer_pages if strategy.prefetch != "none" else np.zeros(self.C, int))
+        self.buffers = _Buffers(
+            buffer_pages if strategy.prefetch != "none" else np.zeros(self.C, int), self.L, self.E
+        )
         self.directory = ExpertDirectory(self.L, self.E, self.C)
         self.rng = np.random.default_rng(seed)
         self.failure_rate = failure_rate
@@ -352,10 +353,8 @@ class _Runtime:
 
     def _buffered_ready(self, layer: int, used: np.ndarray, routed: float) -> np.ndarray:
         """[E, C] ms after routing when a buffered page is usable (inf where none)."""
-        ready = np.full((self.E, self.C), np.inf)
-        for e in np.flatnonzero(used):
-            for c, arrival in self.buffers.holders(layer, e):
-                ready[e, c] = max(0.0, arrival - routed)
+        ready = np.maximum(self.buffers.arrival[layer] - routed, 0.0)
+        ready[~used] = np.inf
         return ready
 
     def _ready(
@@ -421,7 +420,7 @@ class _Runtime:
         for e in wanted:
             if self.credits is not None and issued >= self.credits:
                 break  # no credit left: the prefetch is not issued
-            if published[e] or self.buffers.holders(nxt, e):
+            if published[e] or self.buffers.held(nxt, e):
                 continue
             c = int(self.home[nxt, e])
             end = start + self.page_ms

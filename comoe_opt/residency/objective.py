@@ -23,6 +23,7 @@ model, which therefore still bounds J.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,10 +138,25 @@ def nearest_nop(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> 
     return float((problem.tokens[layer] * nop).sum())
 
 
+_SHARES: weakref.WeakKeyDictionary[ResidencyProblem, dict] = weakref.WeakKeyDictionary()
+
+
 def layer_shares(
     problem: ResidencyProblem, resident: np.ndarray, layer: int
 ) -> tuple[float, float, np.ndarray]:
-    """(z_l, nop_l, shares [E, C]) of one layer for the replica map `resident` [E, C]."""
+    """(z_l, nop_l, shares [E, C]) of one layer for the replica map `resident` [E, C]; a layer
+    laid out as one scored before (heuristics often agree on most layers) is not solved again."""
+    seen = _SHARES.setdefault(problem, {})
+    key = (layer, np.packbits(resident).tobytes())
+    if key not in seen:
+        seen[key] = _solve_layer_shares(problem, resident, layer)
+    z, nop, shares = seen[key]
+    return z, nop, shares.copy()
+
+
+def _solve_layer_shares(
+    problem: ResidencyProblem, resident: np.ndarray, layer: int
+) -> tuple[float, float, np.ndarray]:
     work = problem.work_ms[layer]
     tokens = problem.tokens[layer]
     active = np.flatnonzero((tokens > 0) | (work.sum(axis=1) > 0))

@@ -1,0 +1,159 @@
+"""The regime map: where the paper's six qualitative claims hold in our model.
+
+Runs the suite benchmarks/suites/regime-map.toml through the batch runner
+(every Table 4 strategy and Table 5 ablation at every point of capacity x
+local bandwidth x die-to-die bandwidth x attention share, attention
+calibrated on static at each point), then writes:
+
+* `regime-map.csv` — one row per point: the axes, every strategy's metrics,
+  each claim's margin (> 0 where it holds) and whether it holds;
+* `claim-<name>.png` — one figure per claim, showing where it holds;
+* `regime.md` — how many points each claim holds at, and the best point;
+* with `--instance-out`, the paper baseline moved to the best point.
+
+    .venv/bin/python benchmarks/regime_map.py --jobs 2             # run (resumes) and analyse
+    .venv/bin/python benchmarks/regime_map.py --analyse-only       # analyse stored results
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from comoe_opt.evaluator.regime import AXES, CLAIMS, best_point, point_table
+from comoe_opt.files import atomic_path
+from comoe_opt.instance import load_instance, with_overrides
+
+HERE = Path(__file__).resolve().parent
+SUITE = HERE / "suites" / "regime-map.toml"
+LABELS = {
+    "hardware.capacity_gb": "capacity per chiplet (pages of 1 GB)",
+    "hardware.local_bandwidth_gb_s": "local weight-read bandwidth (GB/s)",
+    "hardware.d2d_bandwidth_gb_s": "D2D GB/s",
+    "runtime.attention_share": "attention share",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", type=Path, default=Path("bench-out/regime-map"))
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "regime")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--analyse-only", action="store_true")
+    parser.add_argument("--instance-out", type=Path, help="write the best point as an instance file")
+    args = parser.parse_args(argv)
+    if not args.analyse_only:
+        command = [sys.executable, "-m", "comoe_opt", "bench", str(SUITE), "--out", str(args.results),
+                   "--jobs", str(args.jobs), "--no-plots"]  # fmt: skip
+        if (args.results / "runs").exists():
+            command.append("--resume")
+        subprocess.run(command, check=True)
+    rows = pd.read_parquet(args.results / "results.parquet")
+    table = point_table(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(args.out / "regime-map.csv") as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
+    for claim in CLAIMS:
+        plot_claim(table, claim, args.out / f"claim-{claim.name}.png")
+    best = best_point(table)
+    text = summary(table, best, rows)
+    with atomic_path(args.out / "regime.md") as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    print(text)
+    if args.instance_out:
+        write_instance(best, args.instance_out)
+    return 0
+
+
+def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
+    lines = [
+        f"# Regime map: {len(table)} points x {rows['method'].nunique()} strategies "
+        f"({len(rows)} runs, {rows['trace.micro_batches'].iloc[0] if 'trace.micro_batches' in rows else '?'}"
+        " micro-batches each)",
+        "",
+        "| claim | holds at | best margin | where the margin is best |",
+        "|---|---:|---:|---|",
+    ]
+    for claim in CLAIMS:
+        margin = table[f"{claim.name}.margin"]
+        top = table.loc[margin.idxmax()]
+        lines.append(
+            f"| {claim.text} | {int(table[f'{claim.name}.holds'].sum())} of {len(table)} "
+            f"| {margin.max():+.3f} | {_where(top)} |"
+        )
+    counts = table["claims_held"].value_counts().sort_index(ascending=False)
+    lines += ["", "Points by the number of claims that hold: "
+              + ", ".join(f"{int(n)} claims: {int(c)}" for n, c in counts.items()), ""]  # fmt: skip
+    held = [c.text for c in CLAIMS if best[f"{c.name}.holds"]]
+    lines += [
+        f"Best point ({int(best['claims_held'])} claims): {_where(best)}; static loads "
+        f"{best['static.load_gb_per_batch']:.2f} GB per micro-batch, "
+        f"attention {best.get('attention_ms', 0):.4f} ms.",
+        "",
+        *[f"* holds: {t}" for t in held],
+        *[
+            f"* fails: {c.text} (margin {best[c.name + '.margin']:+.3f})"
+            for c in CLAIMS
+            if not best[f"{c.name}.holds"]
+        ],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _where(row: pd.Series) -> str:
+    return ", ".join(f"{k.split('.')[1]} = {row[k]:g}" for k in AXES)
+
+
+def write_instance(best: pd.Series, path: Path) -> None:
+    base = load_instance(HERE.parent / "instances" / "paper-baseline.toml")
+    overrides = {k: float(best[k]) for k in AXES}
+    overrides["name"] = "paper-regime"
+    instance = with_overrides(base, {k: v for k, v in overrides.items() if k != "name"})
+    text = instance.to_toml()
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def plot_claim(table: pd.DataFrame, claim, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cap, local, d2d, share = AXES
+    rows, cols = sorted(table[share].unique()), sorted(table[d2d].unique())
+    xs, ys = sorted(table[cap].unique()), sorted(table[local].unique())
+    fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 2.6 * len(rows)),
+                             squeeze=False, sharex=True, sharey=True)  # fmt: skip
+    for i, a in enumerate(rows):
+        for j, d in enumerate(cols):
+            ax = axes[i][j]
+            part = table[(table[share] == a) & (table[d2d] == d)]
+            grid = part.pivot(index=local, columns=cap, values=f"{claim.name}.margin")
+            grid = grid.reindex(index=ys, columns=xs)
+            holds = grid.to_numpy() > 0
+            ax.imshow(holds, origin="lower", cmap="RdYlGn", vmin=-0.3, vmax=1.3, aspect="auto")
+            for (y, x), value in pd.DataFrame(grid.to_numpy()).stack().items():
+                ax.text(x, y, "–" if abs(value) == float("inf") else f"{value:+.2f}", ha="center",
+                        va="center", fontsize=7)  # fmt: skip
+            ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
+            ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
+            ax.set_title(f"D2D {d:g} GB/s, attention {a:g}", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel(LABELS[cap], fontsize=7)
+            if j == 0:
+                ax.set_ylabel(LABELS[local], fontsize=7)
+    fig.suptitle(f"{claim.text}\n(green: holds; cell: {claim.measure})", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+"""The regime map: where the paper's qualitative claims hold in this model.
+
+The paper pins some constants (Table 3) and not others. A regime map sweeps
+the ones it does not pin (capacity per chiplet, local weight-read bandwidth,
+die-to-die bandwidth, attention's share of static's latency), runs every
+strategy of Tables 4 and 5 at each point through the batch runner
+(benchmarks/suites/regime-map.toml), and tests each claim there.
+
+`point_table` turns the runner's rows (one per point and strategy) into one
+row per point: the axes, each strategy's metrics, and for every claim its
+*margin* (> 0 where it holds, in the claim's own unit) and whether it holds.
+`best_point` picks the point where the most claims hold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.evaluator.strategies import TABLE4, TABLE5
+
+AXES = (
+    "hardware.capacity_gb",
+    "hardware.local_bandwidth_gb_s",
+    "hardware.d2d_bandwidth_gb_s",
+    "runtime.attention_share",
+)
+ABLATIONS = tuple(s for s in TABLE5 if s != "comoe")
+MAP_STRATEGIES = (*TABLE4, *ABLATIONS)
+METRICS = ("mean_ms", "p95_ms", "load_gb_per_batch", "balance", "replica_factor")
+PAPER_STATIC_LOAD_GB = 12.9540  # paper Table 4, static's remote expert loading per micro-batch
+
+Point = Mapping[str, Mapping[str, float]]  # strategy -> metric -> value, at one point of the map
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    text: str  # the claim as the paper makes it
+    measure: str  # what the margin is
+    margin: Callable[[Point], float]  # > 0 where the claim holds
+
+
+def _lowest(point: Point, metric: str) -> float:
+    """How far CoMoE's `metric` is below the best other Table 4 strategy's, relative; inf when
+    neither has any (both load nothing: nothing to be lowest on)."""
+    others = min(point[s][metric] for s in TABLE4 if s != "comoe")
+    ours = point["comoe"][metric]
+    if others <= 0:
+        return math.inf if ours <= 0 else -math.inf
+    return (others - ours) / others
+
+
+def _comoe_lowest(point: Point) -> float:
+    return min(_lowest(point, m) for m in ("mean_ms", "p95_ms", "load_gb_per_batch"))
+
+
+def _hot_p95(point: Point) -> float:
+    return 1.0 - point["hot"]["p95_ms"] / point["static"]["p95_ms"]
+
+
+def _prefetch_cut(point: Point) -> float:
+    static = point["static"]["load_gb_per_batch"]
+    if static <= 0:  # static loads nothing: there is nothing to cut
+        return -math.inf
+    return (1.0 - point["transition"]["load_gb_per_batch"] / static) - 0.8
+
+
+def _balance_and_replicas(point: Point) -> float:
+    comoe = point["comoe"]
+    return min(comoe["balance"] - 0.8, comoe["replica_factor"] - 1.0)
+
+
+def _ablations_worse(point: Point) -> float:
+    full = point["comoe"]["p95_ms"]
+    return min(point[s]["p95_ms"] / full - 1.0 for s in ABLATIONS)
+
+
+def _half_of_static(point: Point) -> float:
+    return 0.5 - point["comoe"]["mean_ms"] / point["static"]["mean_ms"]
+
+
+CLAIMS = (
+    Claim(
+        "lowest",
+        "CoMoE-Chip has the lowest mean latency, P95 latency and remote expert loading",
+        "smallest relative lead over the best other Table 4 strategy (mean, P95, loading)",
+        _comoe_lowest,
+    ),
+    Claim(
+        "hot-p95",
+        "hot replication beats static on P95 latency",
+        "1 - hot P95 / static P95",
+        _hot_p95,
+    ),
+    Claim(
+        "prefetch-cut",
+        "transition prefetch cuts remote expert loading by at least 80% against static",
+        "loading cut - 0.8 (no margin where static loads nothing)",
+        _prefetch_cut,
+    ),
+    Claim(
+        "balance",
+        "CoMoE-Chip reaches balance >= 0.8 with a replica factor > 1",
+        "min(balance - 0.8, replica factor - 1)",
+        _balance_and_replicas,
+    ),
+    Claim(
+        "ablations",
+        "each Table 5 ablation has a higher P95 than full CoMoE-Chip",
+        "smallest ablation P95 / CoMoE P95 - 1",
+        _ablations_worse,
+    ),
+    Claim(
+        "half-of-static",
+        "CoMoE-Chip's mean latency is at least 50% below static's",
+        "0.5 - CoMoE mean / static mean",
+        _half_of_static,
+    ),
+)
+
+
+def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFrame:
+    """One row per point of the map: axes, `<strategy>.<metric>`, `<claim>.margin` and
+    `<claim>.holds`, and `claims_held`. `rows` are the runner's results (columns `method`,
+    the axes and the metrics); a point missing a strategy or a metric is an error."""
+    missing = [c for c in (*axes, "method", *METRICS) if c not in rows.columns]
+    if missing:
+        raise ComoeError(f"regime results lack the columns {', '.join(missing)}")
+    if "run_status" in rows.columns and (rows["run_status"] != "ok").any():
+        failed = int((rows["run_status"] != "ok").sum())
+        raise ComoeError(f"{failed} regime runs failed: re-run the suite with --resume")
+    out = []
+    for values, group in rows.groupby(list(axes), sort=True):
+        by_strategy = {m: g.iloc[0] for m, g in group.groupby("method")}
+        absent = [s for s in MAP_STRATEGIES if s not in by_strategy]
+        if absent:
+            raise ComoeError(f"regime point {dict(zip(axes, values, strict=True))} lacks {', '.join(absent)}")
+        point = {s: {k: float(by_strategy[s][k]) for k in METRICS} for s in MAP_STRATEGIES}
+        row: dict[str, Any] = dict(zip(axes, values, strict=True))
+        if "attention_ms" in group.columns:
+            row["attention_ms"] = float(by_strategy["static"]["attention_ms"])
+        row.update({f"{s}.{k}": v for s, metrics in point.items() for k, v in metrics.items()})
+        for claim in CLAIMS:
+            margin = claim.margin(point)
+            row[f"{claim.name}.margin"] = margin
+            row[f"{claim.name}.holds"] = bool(margin > 0)
+        row["claims_held"] = sum(row[f"{c.name}.holds"] for c in CLAIMS)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def best_point(table: pd.DataFrame) -> pd.Series:
+    """The point where the most claims hold; ties go to the point whose static remote loading is
+    nearest the paper's (the calibration the paper does pin), then to the first in axis order."""
+    if table.empty:
+        raise ComoeError("the regime map has no points")
+    load = table["static.load_gb_per_batch"].clip(lower=1e-9)
+    distance = (load / PAPER_STATIC_LOAD_GB).map(lambda r: abs(math.log(r)))
+    ranked = table.assign(_distance=distance).sort_values(
+        ["claims_held", "_distance"], ascending=[False, True], kind="stable"
+    )
+    return ranked.drop(columns="_distance").iloc[0]
