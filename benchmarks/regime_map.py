@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instance-out", type=Path, help="write the best point as an instance file")
     args = parser.parse_args(argv)
     if not args.analyse_only:
-        command = [sys.executable, "-m", "comoe_opt", "bench", str(SUITE), "--out", str(args.results),
+        command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(SUITE), "--out", str(args.results),
                    "--jobs", str(args.jobs), "--no-plots"]  # fmt: skip
         if (args.results / "runs").exists():
             command.append("--resume")

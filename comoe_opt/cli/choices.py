@@ -39,6 +39,7 @@ STRATEGIES: dict[str, str] = {
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
 
 DEFAULT_PAPER_INSTANCE = "instances/paper-baseline.toml"  # in a checkout; else the packaged copy
+DEFAULT_REGIME_INSTANCE = "instances/paper-regime.toml"  # where most of the paper's claims hold
 
 # `comoe-opt paper` defaults (comoe_opt.evaluator.paper.PaperSettings)
 PAPER_TABLE5_BATCHES = 400

@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.cli.choices import DEFAULT_PAPER_INSTANCE
+from comoe_opt.cli.choices import DEFAULT_PAPER_INSTANCE, DEFAULT_REGIME_INSTANCE
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
@@ -94,16 +94,23 @@ def _toml_value(text: str) -> Any:
 
 
 def cmd_paper(args: argparse.Namespace) -> dict[str, Any]:
-    path = args.instance
-    if path == Path(DEFAULT_PAPER_INSTANCE) and not path.exists():  # outside a checkout
-        path = packaged_instance(path.name)
-    instance = load_instance(path)
+    instance = load_instance(_shipped(args.instance, DEFAULT_PAPER_INSTANCE))
     settings = PaperSettings(
         table5_batches=args.table5_batches, sweep_batches=args.sweep_batches, jobs=args.jobs
     )
-    report = run_paper(instance, args.out, settings)
+    regime = None
+    if args.regime != "none":
+        regime = load_instance(_shipped(Path(args.regime), DEFAULT_REGIME_INSTANCE))
+    report = run_paper(instance, args.out, settings, regime)
     report["_text"] += f"\n\nwrote {len(report['files'])} files to {args.out}/ in {report['runtime_s']:.0f} s"
     return report
+
+
+def _shipped(path: Path, default: str) -> Path:
+    """The default instance from the checkout, or outside one the copy shipped with the package."""
+    if path == Path(default) and not path.exists():
+        return packaged_instance(path.name)
+    return path
 
 
 def format_rows(name: str, rows: list[dict[str, Any]]) -> str:

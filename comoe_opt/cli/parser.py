@@ -15,6 +15,7 @@ from typing import Any
 from comoe_opt import __version__
 from comoe_opt.cli.choices import (
     DEFAULT_PAPER_INSTANCE,
+    DEFAULT_REGIME_INSTANCE,
     DEFAULT_STRATEGIES,
     PAPER_SWEEP_BATCHES,
     PAPER_TABLE5_BATCHES,
@@ -208,6 +209,13 @@ def _paper(verbs: Any) -> None:
         type=Path,
         default=Path("out/paper"),
         help="folder for CSVs, PNGs, tables (default out/paper)",
+    )
+    paper.add_argument(
+        "--regime",
+        default=DEFAULT_REGIME_INSTANCE,
+        metavar="FILE|none",
+        help="run Tables 4 and 5 at this instance too: the point of the regime map where the most of the"
+        " paper's claims hold (default instances/paper-regime.toml; 'none' skips)",
     )
     paper.add_argument("--jobs", type=int_in(1, 1024), default=2, help="worker processes (default 2)")
     paper.add_argument(

@@ -67,9 +67,10 @@ def _home_or_even(
     flat = experts.ravel()
     order = np.argsort(flat, kind="stable")  # grouped by expert, token order inside a group
     grouped = flat[order]
-    _, start, count = np.unique(grouped, return_index=True, return_counts=True)
-    position = np.arange(flat.size) - np.repeat(start, count)
-    size = np.repeat(count, count)
+    count = np.bincount(flat, minlength=published.shape[0])
+    start = np.cumsum(count) - count
+    position = np.arange(flat.size) - start[grouped]
+    size = count[grouped]
     replicas = published.sum(axis=1)
     by_chiplet = np.argsort(~published, axis=1, kind="stable")  # each expert's replicas first
     experts_all = np.arange(published.shape[0])
@@ -142,10 +143,29 @@ def _solve_flow(
     unit_ms: np.ndarray,
     resident: np.ndarray,
 ) -> np.ndarray:
+    forced = forced_assignment(units, ready_ms)
+    if forced is not None:
+        return forced
+    return min_cost_flow(rt, layer, units, ready_ms, unit_ms, resident)
+
+
+def forced_assignment(units: np.ndarray, ready_ms: np.ndarray) -> np.ndarray | None:
+    """The assignment when every unit has one usable chiplet (the flow has no choice), else None."""
     usable = np.isfinite(ready_ms)
-    forced = usable.sum(axis=1) == 1
-    if forced[units].all():  # every unit has one chiplet: the flow has no choice to make
+    if (usable.sum(axis=1)[units] == 1).all():
         return np.argmax(usable, axis=1)[units]
+    return None
+
+
+def min_cost_flow(
+    rt: Runtime,
+    layer: int,
+    units: np.ndarray,
+    ready_ms: np.ndarray,
+    unit_ms: np.ndarray,
+    resident: np.ndarray,
+) -> np.ndarray:
+    """The units' chiplets by the min-cost flow of `comoe_opt.mapping` (minimum makespan)."""
     ticks_per_ms = 1e-3 / TICK_S
     ready = np.where(np.isfinite(ready_ms), np.ceil(ready_ms * ticks_per_ms), NEVER).astype(np.int64)
     hop = np.rint(rt.speeds.hop_ms * ticks_per_ms).astype(np.int64)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.evaluator.runs import distinct_runs, eval_run, run_many
+from comoe_opt.evaluator.regime import CLAIMS, METRICS, claim_margins
+from comoe_opt.evaluator.runs import EvalRun, distinct_runs, eval_run, run_many
 from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4, TABLE5
 from comoe_opt.files import atomic_path, writable_folder
 from comoe_opt.instance import Instance, with_overrides
@@ -61,20 +62,27 @@ class PaperSettings:
     jobs: int = 2
 
 
-def run_paper(instance: Instance, out: Path, settings: PaperSettings = PaperSettings()) -> dict[str, Any]:
-    """Run everything, write the files, return the tables and where they went."""
+def run_paper(
+    instance: Instance,
+    out: Path,
+    settings: PaperSettings = PaperSettings(),
+    regime: Instance | None = None,
+) -> dict[str, Any]:
+    """Run everything, write the files, return the tables and where they went. With `regime`
+    (instances/paper-regime.toml), Tables 4 and 5 are run at that point of the regime map too."""
     start = time.perf_counter()
     writable_folder(out, "--out")
-    runs = [eval_run(instance, s, settings.table4_batches, part="table4") for s in (*TABLE4, "eplb")]
-    runs += [eval_run(instance, s, settings.table5_batches, part="table5") for s in TABLE5]
+    runs = _table_runs(instance, settings, "")
+    if regime is not None:
+        runs += _table_runs(regime, settings, "regime-")
     for fig, (key, _, values) in SWEEPS.items():
         for value in values:
             swept = with_overrides(instance, {key: value})
             runs += [eval_run(swept, s, settings.sweep_batches, part=fig, x=value) for s in TABLE4]
     progress = ProgressLine(distinct_runs(runs), f"paper {instance.name}")
     results = run_many(runs, settings.jobs, progress=progress)
-    table4 = [r for r in results if r["part"] == "table4"]
-    table5 = _normalise(r for r in results if r["part"] == "table5")
+    tables = {prefix: _tables(results, prefix) for prefix in ("", "regime-") if regime or not prefix}
+    table4, table5 = tables[""]
     files = [
         _write_csv(out / "table4.csv", table4),
         _write_csv(out / "table5.csv", table5),
@@ -82,16 +90,62 @@ def run_paper(instance: Instance, out: Path, settings: PaperSettings = PaperSett
     ]
     for fig, (_, xlabel, _) in SWEEPS.items():
         files += _sweep_figure(out, fig, xlabel, [r for r in results if r["part"] == fig])
-    text = format_table4(table4) + "\n\n" + format_table5(table5)
+    text = _section(instance, table4, table5)
+    summary: dict[str, Any] = {"instance": instance.name, "table4": table4, "table5": table5}
+    if regime is not None:
+        regime4, regime5 = tables["regime-"]
+        files += [_write_csv(out / f"regime-table{n}.csv", t) for n, t in ((4, regime4), (5, regime5))]
+        text += "\n\n" + _section(regime, regime4, regime5, regime_point(regime))
+        summary["regime"] = {"instance": regime.name, "table4": regime4, "table5": regime5}
     files.append(_write_text(out / "tables.md", text + "\n"))
-    summary = {
-        "instance": instance.name,
-        "table4": table4,
-        "table5": table5,
-        "runtime_s": time.perf_counter() - start,
-    }
+    summary["runtime_s"] = time.perf_counter() - start
     files.append(_write_text(out / "summary.json", json.dumps(summary, indent=2, default=float) + "\n"))
     return {**summary, "files": [str(f) for f in files], "_text": text}
+
+
+def _table_runs(instance: Instance, settings: PaperSettings, prefix: str) -> list[EvalRun]:
+    runs = [eval_run(instance, s, settings.table4_batches, part=f"{prefix}table4") for s in (*TABLE4, "eplb")]
+    return runs + [eval_run(instance, s, settings.table5_batches, part=f"{prefix}table5") for s in TABLE5]
+
+
+def _tables(results: list[dict[str, Any]], prefix: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    table4 = [r for r in results if r["part"] == f"{prefix}table4"]
+    return table4, _normalise(r for r in results if r["part"] == f"{prefix}table5")
+
+
+def regime_point(instance: Instance) -> str:
+    """The constants a regime instance moves, for people."""
+    hw, rt = instance.hardware, instance.runtime
+    share = f"{rt.attention_share:g} of static's latency" if rt.attention_share else f"{rt.attention_ms:g} ms"
+    return (
+        f"capacity {_one(hw.capacity_gb)} GB per chiplet, "
+        f"local bandwidth {_one(hw.local_bandwidth_gb_s)} GB/s, "
+        f"D2D {hw.d2d_bandwidth_gb_s:g} GB/s, attention {share}"
+    )
+
+
+def _one(values: Any) -> str:
+    values = tuple(values) if isinstance(values, (tuple, list)) else (values,)
+    return f"{values[0]:g}" if len(set(values)) == 1 else "/".join(f"{v:g}" for v in values)
+
+
+def _section(
+    instance: Instance, table4: list[dict[str, Any]], table5: list[dict[str, Any]], where: str = ""
+) -> str:
+    """Tables 4 and 5 of one instance and which of the paper's claims hold there."""
+    head = f"## {instance.name}" + (f" ({where})" if where else "")
+    return "\n\n".join((head, format_table4(table4), format_table5(table5), format_claims(table4, table5)))
+
+
+def format_claims(table4: list[dict[str, Any]], table5: list[dict[str, Any]]) -> str:
+    point4 = {r["strategy"]: {k: r[k] for k in METRICS} for r in table4}
+    point5 = {r["strategy"]: {k: r[k] for k in METRICS} for r in table5}
+    margins = claim_margins(point4, point5)
+    lines = ["The paper's claims here (margin > 0: holds; formulations in docs/results.md)", ""]
+    for claim in CLAIMS:
+        margin = margins[claim.name]
+        lines.append(f"* {'holds' if margin > 0 else 'fails'}: {claim.text} ({claim.measure}: {margin:+.3f})")
+    return "\n".join(lines)
 
 
 def _normalise(rows: Any) -> list[dict[str, Any]]:

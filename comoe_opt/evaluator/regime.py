@@ -43,7 +43,7 @@ class Claim:
     name: str
     text: str  # the claim as the paper makes it
     measure: str  # what the margin is
-    margin: Callable[[Point], float]  # > 0 where the claim holds
+    margin: Callable[[Point, Point], float]  # (Table 4 point, Table 5 point) -> > 0 where it holds
 
 
 def _lowest(point: Point, metric: str) -> float:
@@ -56,32 +56,32 @@ def _lowest(point: Point, metric: str) -> float:
     return (others - ours) / others
 
 
-def _comoe_lowest(point: Point) -> float:
+def _comoe_lowest(point: Point, _: Point) -> float:
     return min(_lowest(point, m) for m in ("mean_ms", "p95_ms", "load_gb_per_batch"))
 
 
-def _hot_p95(point: Point) -> float:
+def _hot_p95(point: Point, _: Point) -> float:
     return 1.0 - point["hot"]["p95_ms"] / point["static"]["p95_ms"]
 
 
-def _prefetch_cut(point: Point) -> float:
+def _prefetch_cut(point: Point, _: Point) -> float:
     static = point["static"]["load_gb_per_batch"]
     if static <= 0:  # static loads nothing: there is nothing to cut
         return -math.inf
     return (1.0 - point["transition"]["load_gb_per_batch"] / static) - 0.8
 
 
-def _balance_and_replicas(point: Point) -> float:
+def _balance_and_replicas(point: Point, _: Point) -> float:
     comoe = point["comoe"]
     return min(comoe["balance"] - 0.8, comoe["replica_factor"] - 1.0)
 
 
-def _ablations_worse(point: Point) -> float:
-    full = point["comoe"]["p95_ms"]
-    return min(point[s]["p95_ms"] / full - 1.0 for s in ABLATIONS)
+def _ablations_worse(_: Point, table5: Point) -> float:
+    full = table5["comoe"]["p95_ms"]
+    return min(table5[s]["p95_ms"] / full - 1.0 for s in ABLATIONS)
 
 
-def _half_of_static(point: Point) -> float:
+def _half_of_static(point: Point, _: Point) -> float:
     return 0.5 - point["comoe"]["mean_ms"] / point["static"]["mean_ms"]
 
 
@@ -125,6 +125,12 @@ CLAIMS = (
 )
 
 
+def claim_margins(table4: Point, table5: Point) -> dict[str, float]:
+    """Every claim's margin (> 0: holds): `table4` holds the Table 4 strategies' metrics,
+    `table5` full CoMoE's and the ablations' (the same point, possibly another trace length)."""
+    return {claim.name: claim.margin(table4, table5) for claim in CLAIMS}
+
+
 def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFrame:
     """One row per point of the map: axes, `<strategy>.<metric>`, `<claim>.margin` and
     `<claim>.holds`, and `claims_held`. `rows` are the runner's results (columns `method`,
@@ -146,11 +152,11 @@ def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFram
         if "attention_ms" in group.columns:
             row["attention_ms"] = float(by_strategy["static"]["attention_ms"])
         row.update({f"{s}.{k}": v for s, metrics in point.items() for k, v in metrics.items()})
-        for claim in CLAIMS:
-            margin = claim.margin(point)
-            row[f"{claim.name}.margin"] = margin
-            row[f"{claim.name}.holds"] = bool(margin > 0)
-        row["claims_held"] = sum(row[f"{c.name}.holds"] for c in CLAIMS)
+        margins = claim_margins(point, point)
+        for name, margin in margins.items():
+            row[f"{name}.margin"] = margin
+            row[f"{name}.holds"] = bool(margin > 0)
+        row["claims_held"] = sum(m > 0 for m in margins.values())
         out.append(row)
     return pd.DataFrame(out)
 

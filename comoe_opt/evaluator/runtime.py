@@ -459,15 +459,17 @@ class _Runtime:
         busy = exec_.sum(axis=0)
         log.latency_ms[b, layer] = latency
         log.expert_ms[b, layer] = expert_ms
-        log.balance[b, layer] = busy.mean() / busy.max() if busy.max() > 0 else 1.0
+        slowest = busy.max()
+        log.balance[b, layer] = busy.mean() / slowest if slowest > 0 else 1.0
         per_chiplet = tokens.sum(axis=0)
-        log.imbalance_tokens[b, layer] = per_chiplet.max() / per_chiplet.mean() if per_chiplet.sum() else 1.0
+        total = int(per_chiplet.sum())
+        log.imbalance_tokens[b, layer] = per_chiplet.max() / (total / self.C) if total else 1.0
         log.token_bytes[b, layer] = token_copies * model.token_bytes
         page_bytes = model.page_gb * 1e9
         log.demand_load_bytes[b, layer] = loads * page_bytes
         log.load_bytes[b, layer] += loads * page_bytes
-        reads = int((tokens > 0).sum()) * page_bytes
-        flops = int(tokens.sum()) * model.gflop_per_token * 1e9
+        reads = int(np.count_nonzero(tokens)) * page_bytes
+        flops = total * model.gflop_per_token * 1e9
         moved = (token_copies * model.token_bytes + loads * page_bytes) * BITS
         log.energy_mj[b, layer] = 1e-9 * (
             moved * rt.d2d_pj_per_bit

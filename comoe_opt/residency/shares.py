@@ -5,7 +5,8 @@
          s_ec = 0 unless c holds e     (an expert with no replica may run anywhere)
          Σ_e work_ec · s_ec ≤ z        for every chiplet c
 
-solved with HiGHS through SciPy's `linprog`. `objective.layer_shares` adds
+solved with HiGHS through SciPy's `linprog` (when every expert has one chiplet, its shares are
+the only feasible ones and no LP is needed). `objective.layer_shares` adds
 NoP as the cost; the scenario makespans (scenarios.py) use it without.
 """
 
@@ -31,6 +32,21 @@ def share_lp(
     if active.size == 0:
         return 0.0, 0.0, shares
     allowed = resident[active] | ~resident[active].any(axis=1, keepdims=True)
+    e_idx, c_idx = np.nonzero(allowed)
+    if e_idx.size == active.size:  # one chiplet per expert: the only feasible shares are optimal
+        shares[active, c_idx] = 1.0
+        loads = np.bincount(c_idx, weights=work[active, c_idx], minlength=chiplets)
+        z = max(float(loads.max()), 0.0)
+        return z, z + float(cost[active, c_idx].sum()), shares
+    return solve_share_lp(work, cost, active, allowed)
+
+
+def solve_share_lp(
+    work: np.ndarray, cost: np.ndarray, active: np.ndarray, allowed: np.ndarray
+) -> tuple[float, float, np.ndarray]:
+    """The share LP through HiGHS, for the `active` experts on their `allowed` [A, C] chiplets."""
+    experts, chiplets = work.shape
+    shares = np.zeros((experts, chiplets))
     e_idx, c_idx = np.nonzero(allowed)
     n = e_idx.size
     # columns: s for each allowed (expert, chiplet) pair, then z
