@@ -165,6 +165,7 @@ def test_products_of_sizes_have_limits(tmp_path: Path, cli, table) -> None:
         (("gap", BASELINE, "--windows", "0"), ("--windows",)),
         (("evaluate", BASELINE, "--jobs", "0"), ("--jobs",)),
         (("paper", BASELINE, "--sweep-batches", "0"), ("--sweep-batches",)),
+        (("paper", BASELINE, "--regime", "nowhere.toml"), ("nowhere.toml", "no such instance file")),
     ],
 )
 def test_bad_options_are_one_line(cli, args, needles) -> None:

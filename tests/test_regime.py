@@ -197,3 +197,74 @@ def test_runs_differing_only_in_label_run_once():
     assert len(calls) == 2
     assert [r["x"] for r in results] == [1, 2, 1]
     assert results[0]["mean_ms"] == results[1]["mean_ms"]
+
+
+def test_claims_printed_by_paper_match_the_map():
+    """`paper` prints the claims from its Table 4 and 5 rows with the map's margins."""
+    from comoe_opt.evaluator.paper import format_claims, regime_point
+
+    point = _point(hot__p95_ms=6.0)
+    table4 = [{"strategy": s, **point[s]} for s in ("static", "hot", "transition", "comoe")]
+    table5 = [{"strategy": s, **point[s]} for s in ("comoe", *ABLATIONS)]
+    text = format_claims(table4, table5)
+    assert text.count("* holds:") == len(CLAIMS) - 1
+    assert "* fails: hot replication beats static on P95 latency" in text
+    where = regime_point(_instance(attention_share=0.1))
+    assert "capacity 4 GB per chiplet" in where and "attention 0.1 of static's latency" in where
+
+
+def _rebalance_reference(problem, out, leased, previous):
+    """The swap search of `assign._rebalance` written as loops (its definition)."""
+    share = problem.work_ms[0] / np.maximum(out.sum(axis=1), 1)[:, None]
+    load = (share * out).sum(axis=0)
+    movable = out & ~leased
+    for _ in range(4 * problem.experts):
+        c = int(np.argmax(load))
+        best = None
+        for e in np.flatnonzero(movable[:, c]):
+            f_idx, d_idx = np.nonzero(movable & ~out[e][None, :] & ~out[:, c][:, None])
+            if f_idx.size == 0:
+                continue
+            new_c = load[c] - share[e, c] + share[f_idx, c]
+            new_d = load[d_idx] - share[f_idx, d_idx] + share[e, d_idx]
+            peak = np.maximum(new_c, new_d)
+            copies = np.zeros(f_idx.size)
+            if previous is not None:
+                before = (~previous[e, c]).astype(int) + (~previous[f_idx, d_idx]).astype(int)
+                copies = (~previous[e, d_idx]).astype(int) + (~previous[f_idx, c]).astype(int) - before
+            gain = problem.batches * (load[c] - peak) - problem.copy_ms * copies
+            i = int(np.argmax(gain))
+            if gain[i] > 1e-12 and peak[i] < load[c] - 1e-12 and (best is None or gain[i] > best[0]):
+                best = (gain[i], e, int(f_idx[i]), int(d_idx[i]))
+        if best is None:
+            return
+        _, e, f, d = best
+        out[e, c], out[e, d], out[f, d], out[f, c] = False, True, False, True
+        movable[e, c], movable[e, d], movable[f, d], movable[f, c] = False, True, False, True
+        load[c] += share[f, c] - share[e, c]
+        load[d] += share[e, d] - share[f, d]
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(2, 10), st.integers(2, 5), st.booleans())
+def test_vectorised_rebalance_is_the_loop(seed, experts, chiplets, with_previous):
+    from types import SimpleNamespace
+
+    from comoe_opt.residency.assign import _rebalance
+
+    rng = np.random.default_rng(seed)
+    out = np.zeros((experts, chiplets), dtype=bool)
+    for e in range(experts):
+        k = int(rng.integers(1, chiplets + 1)) if rng.random() < 0.3 else 1
+        out[e, rng.choice(chiplets, k, replace=False)] = True
+    leased = out & (rng.random((experts, chiplets)) < 0.1)
+    previous = rng.random((experts, chiplets)) < 0.5 if with_previous else None
+    problem = SimpleNamespace(
+        work_ms=rng.random((1, experts, chiplets)).round(1),  # rounded: ties between swaps
+        experts=experts,
+        batches=int(rng.integers(1, 5)),
+        copy_ms=float(rng.random()),
+    )
+    expected, got = out.copy(), out.copy()
+    _rebalance_reference(problem, expected, leased, previous)
+    _rebalance(problem, 0, got, leased, previous)
+    assert np.array_equal(expected, got)

@@ -48,37 +48,57 @@ def _rebalance(
     load = (share * out).sum(axis=0)
     movable = out & ~leased
     for _ in range(4 * problem.experts):
-        c = int(np.argmax(load))
-        best = None
-        for e in np.flatnonzero(movable[:, c]):
-            # swap e (on c) with f (on d, f not on c, e not on d): loads after the swap
-            others = movable & ~out[e][None, :] & ~out[:, c][:, None]
-            f_idx, d_idx = np.nonzero(others)
-            if f_idx.size == 0:
-                continue
-            new_c = load[c] - share[e, c] + share[f_idx, c]
-            new_d = load[d_idx] - share[f_idx, d_idx] + share[e, d_idx]
-            peak = np.maximum(new_c, new_d)
-            copies = _new_copies(previous, e, c, f_idx, d_idx)
-            gain = problem.batches * (load[c] - peak) - problem.copy_ms * copies
-            i = int(np.argmax(gain))
-            if gain[i] > 1e-12 and peak[i] < load[c] - 1e-12 and (best is None or gain[i] > best[0]):
-                best = (gain[i], e, int(f_idx[i]), int(d_idx[i]))
+        best = _best_swap(problem, share, load, out, movable, previous)
         if best is None:
             return
-        _, e, f, d = best
+        e, f, c, d = best
         out[e, c], out[e, d], out[f, d], out[f, c] = False, True, False, True
         movable[e, c], movable[e, d], movable[f, d], movable[f, c] = False, True, False, True
         load[c] += share[f, c] - share[e, c]
         load[d] += share[e, d] - share[f, d]
 
 
-def _new_copies(previous: np.ndarray | None, e: int, c: int, f: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Copies a swap adds over keeping e on c and f on d (against the previous placement)."""
+def _best_swap(
+    problem: ResidencyProblem,
+    share: np.ndarray,
+    load: np.ndarray,
+    out: np.ndarray,
+    movable: np.ndarray,
+    previous: np.ndarray | None,
+) -> tuple[int, int, int, int] | None:
+    """The swap of an expert e on the busiest chiplet c with an expert f on a chiplet d (f not on
+    c, e not on d) of largest gain, or None. For each e, its pair of largest gain (first in (f, d)
+    order) is the candidate, kept if it gains and lowers c's load; ties go to the first e."""
+    c = int(np.argmax(load))
+    on_c = np.flatnonzero(movable[:, c])
+    if on_c.size == 0:
+        return None
+    # pairs[i, f, d]: f on d may swap with on_c[i]
+    pairs = movable[None, :, :] & ~out[on_c][:, None, :] & ~out[:, c][None, :, None]
+    new_c = load[c] - share[on_c, c][:, None, None] + share[:, c][None, :, None]
+    new_d = load[None, None, :] - share[None, :, :] + share[on_c][:, None, :]
+    peak = np.maximum(new_c, new_d)
+    copies = _swap_copies(previous, on_c, c)
+    gain = np.where(pairs, problem.batches * (load[c] - peak) - problem.copy_ms * copies, -np.inf)
+    flat = gain.reshape(on_c.size, -1)
+    first = np.argmax(flat, axis=1)  # each e's best pair, first in (f, d) order
+    rows = np.arange(on_c.size)
+    top, top_peak = flat[rows, first], peak.reshape(on_c.size, -1)[rows, first]
+    keep = pairs.reshape(on_c.size, -1)[rows, first] & (top > 1e-12) & (top_peak < load[c] - 1e-12)
+    if not keep.any():
+        return None
+    i = int(np.argmax(np.where(keep, top, -np.inf)))
+    f, d = divmod(int(first[i]), out.shape[1])
+    return int(on_c[i]), f, c, d
+
+
+def _swap_copies(previous: np.ndarray | None, on_c: np.ndarray, c: int) -> np.ndarray | float:
+    """[i, f, d] copies a swap of on_c[i] (on c) with f (on d) adds over keeping both in place."""
     if previous is None:
-        return np.zeros(f.size)
-    before = (~previous[e, c]).astype(int) + (~previous[f, d]).astype(int)
-    after = (~previous[e, d]).astype(int) + (~previous[f, c]).astype(int)
+        return 0.0
+    missing = (~previous).astype(int)
+    before = missing[on_c, c][:, None, None] + missing[None, :, :]
+    after = missing[on_c][:, None, :] + missing[:, c][None, :, None]
     return after - before
 
 
