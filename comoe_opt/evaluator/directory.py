@@ -113,6 +113,8 @@ class ExpertDirectory:
         if np.any(self.readers[layer][pairs] <= 0):
             raise DirectoryError(f"release without a reader at layer {layer}")
         self.readers[layer][pairs] -= 1
+        if not (self.state[layer][pairs] == RETIRING).any():  # the common case: nothing to reclaim
+            return
         idle = pairs & (self.state[layer] == RETIRING) & (self.readers[layer] == 0)
         for e, c in np.argwhere(idle):
             self._reclaim((layer, int(e), int(c)))

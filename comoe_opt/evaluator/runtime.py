@@ -328,14 +328,15 @@ class _Runtime:
         buffered = self._buffered_ready(layer, used, routed)
         low_priority_ahead = 0.0 if self.credits is not None else max(0.0, self.link_free - routed)
         assignment = map_tokens(self, layer, experts, published, buffered, low_priority_ahead)
-        tokens = np.zeros((self.E, self.C), dtype=np.int64)
-        np.add.at(tokens, (experts.ravel(), assignment.ravel()), 1)
+        pairs = experts.ravel() * self.C + assignment.ravel()
+        tokens = np.bincount(pairs, minlength=self.E * self.C).reshape(self.E, self.C)
         if assignment.shape != experts.shape or not np.array_equal(
             tokens.sum(axis=1), np.bincount(experts.ravel(), minlength=self.E)
         ):  # the router's choices are never changed, only where they run
             raise RuntimeError(f"mapping changed the routed experts at layer {layer}")
         ready, loads = self._ready(layer, tokens, published, buffered, routed, low_priority_ahead)
-        self._read_pages(layer, tokens, published)
+        reads = (tokens > 0) & published
+        self.directory.read(layer, reads)
         exec_ = exec_ms(tokens, self.speeds)
         sent = self._tokens_per_chiplet(assignment)
         dispatch = sent.sum() * self.token_ms
@@ -345,7 +346,7 @@ class _Runtime:
         back = sent.sum() if self.strategy.multicast else experts.size
         reduce_ms = float(self.speeds.hop_ms.max()) + back * self.token_ms
         latency = self.fixed_ms + expert_ms + reduce_ms
-        self._release_pages(layer, tokens, published)
+        self.directory.release(layer, reads)
         self._record(b, layer, latency, expert_ms, exec_, tokens, sent.sum() + back, loads)
         self.clock += latency
         if self.strategy.prefetch != "none" and layer + 1 < self.L:
@@ -370,6 +371,8 @@ class _Runtime:
         active = tokens > 0
         ready = np.where(published, 0.0, buffered)
         missing = active & ~np.isfinite(ready)
+        if not missing.any():  # every used page is resident or buffered
+            return np.where(active, ready, 0.0), 0
         pairs = np.argwhere(missing)
         done = page_loads(tokens[missing], self.page_ms, self.derate, ahead)
         ready[missing] = done
@@ -382,19 +385,13 @@ class _Runtime:
                 self.link_free = max(self.link_free, routed + float(done.max()))
         return np.where(active, ready, 0.0), len(pairs)
 
-    def _read_pages(self, layer: int, tokens: np.ndarray, published: np.ndarray) -> None:
-        self.directory.read(layer, (tokens > 0) & published)
-
-    def _release_pages(self, layer: int, tokens: np.ndarray, published: np.ndarray) -> None:
-        self.directory.release(layer, (tokens > 0) & published)
-
     def _tokens_per_chiplet(self, assignment: np.ndarray) -> np.ndarray:
         """Token copies sent to each chiplet: one per (token, chiplet) with multicast, else one per pair."""
         if self.strategy.multicast:
             sent = np.zeros(self.C, dtype=np.int64)
             for r in range(assignment.shape[1]):
                 first = (assignment[:, :r] != assignment[:, r : r + 1]).all(axis=1)
-                np.add.at(sent, assignment[first, r], 1)
+                sent += np.bincount(assignment[first, r], minlength=self.C)
             return sent
         return np.bincount(assignment.ravel(), minlength=self.C)
 
@@ -440,7 +437,7 @@ class _Runtime:
         conf = self.confidence[layer][used]
         score = (targets * conf[:, None]).max(axis=0)
         order = np.argsort(-score, kind="stable")
-        return [int(e) for e in order if score[e] > 0]
+        return order[score[order] > 0].tolist()
 
     # ------------------------------------------------------------ metrics
 
