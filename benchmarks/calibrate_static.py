@@ -10,7 +10,13 @@ Two constants the paper does not give are fitted, and nothing else:
 Every other strategy then runs with these values unchanged. Prints the chosen
 values; copy them into instances/paper-baseline.toml.
 
+With `--attention-share A` it calibrates attention alone, as the regime map
+does at each point: the attention time that is the share A of static's mean
+latency over the instance's whole trace (formulations/latency.md §1.1); this
+is how instances/paper-regime.toml got its `attention_ms`.
+
     .venv/bin/python benchmarks/calibrate_static.py [--capacities 240,244,248,252]
+    .venv/bin/python benchmarks/calibrate_static.py --instance FILE --attention-share 0.1
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from comoe_opt.evaluator.calibration import attention_for_share, static_rest_ms
 from comoe_opt.evaluator.metrics import summarize
 from comoe_opt.evaluator.runtime import replay
 from comoe_opt.evaluator.strategies import STRATEGIES
@@ -32,9 +39,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instance", default="instances/paper-baseline.toml")
     parser.add_argument("--capacities", default="240,244,248,252")
+    parser.add_argument("--attention-share", type=float, help="calibrate attention alone to this share")
     args = parser.parse_args(argv)
     base = load_instance(args.instance)
     batches = instance_batches(base)
+    if args.attention_share is not None:
+        rest = static_rest_ms(base, batches)
+        attention = attention_for_share(args.attention_share, rest)
+        print(f"static without attention: {rest:.4f} ms; attention_ms = {attention:.4f}")
+        return 0
     rows = []
     for capacity in (float(c) for c in args.capacities.split(",")):
         hw = dataclasses.replace(base.hardware, capacity_gb=(capacity,) * base.hardware.chiplets)

@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
     lines = [
         f"# Regime map: {len(table)} points x {rows['method'].nunique()} strategies "
-        f"({len(rows)} runs, {rows['trace.micro_batches'].iloc[0] if 'trace.micro_batches' in rows else '?'}"
-        " micro-batches each)",
+        f"({len(rows)} runs, {int(rows['micro_batches'].iloc[0])} micro-batches each)",
         "",
         "| claim | holds at | best margin | where the margin is best |",
         "|---|---:|---:|---|",

@@ -268,3 +268,15 @@ def test_vectorised_rebalance_is_the_loop(seed, experts, chiplets, with_previous
     _rebalance_reference(problem, expected, leased, previous)
     _rebalance(problem, 0, got, leased, previous)
     assert np.array_equal(expected, got)
+
+
+def test_ties_go_to_the_point_where_the_claims_hold_most_robustly():
+    points = {
+        (253, 2000, 512, 0.1): _point(static__load_gb_per_batch=12.9),  # smallest margin 0.05
+        # smallest margin 0.1, static loading farther from the paper's: robustness decides
+        (256, 2000, 512, 0.1): _point(
+            comoe__balance=0.95, comoe__replica_factor=1.5, static__load_gb_per_batch=20.0
+        ),
+    }
+    best = best_point(point_table(_rows(points)))
+    assert best["hardware.capacity_gb"] == 256

@@ -42,7 +42,7 @@ DEFAULT_PAPER_INSTANCE = "instances/paper-baseline.toml"  # in a checkout; else 
 DEFAULT_REGIME_INSTANCE = "instances/paper-regime.toml"  # where most of the paper's claims hold
 
 # `comoe-opt paper` defaults (comoe_opt.evaluator.paper.PaperSettings)
-PAPER_TABLE5_BATCHES = 400
+PAPER_TABLE5_BATCHES = 200
 PAPER_SWEEP_BATCHES = 200
 
 

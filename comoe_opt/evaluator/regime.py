@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from comoe_opt.errors import ComoeError
@@ -162,13 +163,17 @@ def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFram
 
 
 def best_point(table: pd.DataFrame) -> pd.Series:
-    """The point where the most claims hold; ties go to the point whose static remote loading is
+    """The point where the most claims hold. Ties go to the point where they hold most robustly
+    (the largest smallest margin among its claims that hold), then to the static remote loading
     nearest the paper's (the calibration the paper does pin), then to the first in axis order."""
     if table.empty:
         raise ComoeError("the regime map has no points")
+    margins = table[[f"{c.name}.margin" for c in CLAIMS]].to_numpy()
+    robust = np.where(margins > 0, margins, np.inf).min(axis=1)
     load = table["static.load_gb_per_batch"].clip(lower=1e-9)
     distance = (load / PAPER_STATIC_LOAD_GB).map(lambda r: abs(math.log(r)))
-    ranked = table.assign(_distance=distance).sort_values(
-        ["claims_held", "_distance"], ascending=[False, True], kind="stable"
+    ranked = table.assign(_robust=np.where(np.isfinite(robust), robust, 0.0), _distance=distance)
+    ranked = ranked.sort_values(
+        ["claims_held", "_robust", "_distance"], ascending=[False, False, True], kind="stable"
     )
-    return ranked.drop(columns="_distance").iloc[0]
+    return ranked.drop(columns=["_robust", "_distance"]).iloc[0]
