@@ -365,12 +365,13 @@ def test_console_script_one_line_error(
     assert path.name in lines[0] and key in lines[0]
 
 
-def test_paper_baseline_ships_with_the_package():
-    """`comoe-opt paper` works outside a checkout: its default instance is package data, and the
-    checkout's instances/paper-baseline.toml is that same file."""
+@pytest.mark.parametrize("name", ["paper-baseline", "paper-regime"])
+def test_paper_instances_ship_with_the_package(name):
+    """`comoe-opt paper` works outside a checkout: its default instances are package data, and
+    the checkout's instances/<name>.toml is that same file."""
     from comoe_opt.instance import packaged_instance
 
-    packaged = packaged_instance("paper-baseline.toml")
+    packaged = packaged_instance(f"{name}.toml")
     assert packaged.is_file()
-    assert (ROOT / "instances" / "paper-baseline.toml").resolve() == packaged.resolve()
-    assert load_instance(packaged).name == "paper-baseline"
+    assert (ROOT / "instances" / f"{name}.toml").resolve() == packaged.resolve()
+    assert load_instance(packaged).name == name

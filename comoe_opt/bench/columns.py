@@ -89,6 +89,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "copies_cancelled": ("copies", "evaluate: re-plan copies a newer plan dropped while in flight"),
     "copies_rolled_back": ("copies", "evaluate: replica copies rolled back before publication"),
     "micro_batches": ("micro-batches", "evaluate: micro-batches simulated (the whole trace)"),
+    "attention_ms": (
+        "ms",
+        "evaluate: attention time per layer used (runtime.attention_ms, or calibrated on static "
+        "from runtime.attention_share)",
+    ),
     "strategy_label": ("–", "evaluate: the strategy's name in the paper's tables"),
     "layers": ("layers", "MoE layers of the instance"),
     "experts": ("experts", "routed experts per layer"),
