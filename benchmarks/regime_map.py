@@ -8,8 +8,9 @@ calibrated on static at each point), then writes:
 * `regime-map.csv` — one row per point: the axes, every strategy's metrics,
   each claim's margin (> 0 where it holds) and whether it holds;
 * `claim-<name>.png` — one figure per claim, showing where it holds;
-* `regime.md` — how many points each claim holds at, and the best point;
-* with `--instance-out`, the paper baseline moved to the best point.
+* `regime.md` — how many points each claim holds at, and the best point
+  (instances/paper-regime.toml is the baseline moved there, with attention
+  calibrated by `benchmarks/calibrate_static.py --attention-share`).
 
     .venv/bin/python benchmarks/regime_map.py --jobs 2             # run (resumes) and analyse
     .venv/bin/python benchmarks/regime_map.py --analyse-only       # analyse stored results
@@ -26,7 +27,6 @@ import pandas as pd
 
 from comoe_opt.evaluator.regime import AXES, CLAIMS, best_point, point_table
 from comoe_opt.files import atomic_path
-from comoe_opt.instance import load_instance, with_overrides
 
 HERE = Path(__file__).resolve().parent
 SUITE = HERE / "suites" / "regime-map.toml"
@@ -44,7 +44,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "regime")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--analyse-only", action="store_true")
-    parser.add_argument("--instance-out", type=Path, help="write the best point as an instance file")
     args = parser.parse_args(argv)
     if not args.analyse_only:
         command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(SUITE), "--out", str(args.results),
@@ -64,8 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     with atomic_path(args.out / "regime.md") as tmp:
         tmp.write_text(text, encoding="utf-8")
     print(text)
-    if args.instance_out:
-        write_instance(best, args.instance_out)
     return 0
 
 
@@ -106,16 +103,6 @@ def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
 
 def _where(row: pd.Series) -> str:
     return ", ".join(f"{k.split('.')[1]} = {row[k]:g}" for k in AXES)
-
-
-def write_instance(best: pd.Series, path: Path) -> None:
-    base = load_instance(HERE.parent / "instances" / "paper-baseline.toml")
-    overrides = {k: float(best[k]) for k in AXES}
-    overrides["name"] = "paper-regime"
-    instance = with_overrides(base, {k: v for k, v in overrides.items() if k != "name"})
-    text = instance.to_toml()
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
 
 
 def plot_claim(table: pd.DataFrame, claim, path: Path) -> None:
