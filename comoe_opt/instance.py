@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import os
 import tomllib
 from dataclasses import dataclass
@@ -70,10 +71,21 @@ class ModelShape:
     )
     model_layers: int = param(
         "decoder layers of the whole model, dense ones included (DeepSeek-V3: num_hidden_layers = 61); "
-        "0 = first_moe_layer + layers. SGLang's expert maps and load dumps have one row per model layer",
+        "0 = the instance's last layer id + 1. SGLang's expert maps and load dumps have one row per model "
+        "layer",
         ge=0,
         le=2048,
         default=0,
+        why=WHY_LAYERS,
+    )
+
+    layer_ids: tuple[int, ...] = param(
+        "model layer id of each of the instance's layers, strictly increasing (a trace that logs a "
+        "subset of the MoE layers, e.g. [0, 8, 12, 18, 23]); [] = first_moe_layer, first_moe_layer + 1, "
+        "..., or the ids of the instance's trace file when first_moe_layer is 0",
+        ge=0,
+        le=2047,
+        default=(),
         why=WHY_LAYERS,
     )
 
@@ -83,13 +95,26 @@ class ModelShape:
 
     @property
     def moe_layer_ids(self) -> list[int]:
-        """The model layer id of each MoE layer."""
+        """The model layer id of each of the instance's (MoE) layers."""
+        if self.layer_ids:
+            return list(self.layer_ids)
         return list(range(self.first_moe_layer, self.first_moe_layer + self.layers))
+
+    @property
+    def names_layer_ids(self) -> bool:
+        """Whether the instance fixes its layers' model ids (else a trace file's ids are taken)."""
+        return bool(self.layer_ids) or self.first_moe_layer > 0
 
     @property
     def hidden_layers(self) -> int:
         """Decoder layers of the model, dense ones included."""
-        return self.model_layers or self.first_moe_layer + self.layers
+        return self.model_layers or self.moe_layer_ids[-1] + 1
+
+    @property
+    def model_moe_layers(self) -> int:
+        """MoE layers of the whole model (every layer from `first_moe_layer` on), logged or not:
+        the layer count of vLLM-Ascend's expert map, which numbers MoE layers from 0."""
+        return self.hidden_layers - self.first_moe_layer
 
     @property
     def token_bytes(self) -> float:
@@ -385,13 +410,7 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     model = build(ModelShape, table["model"], source, "model")
     if model.top_k > model.experts_per_layer:
         raise InputError(source, "model.top_k", f"must be <= experts_per_layer ({model.experts_per_layer})")
-    if model.model_layers and model.model_layers < model.first_moe_layer + model.layers:
-        raise InputError(
-            source,
-            "model.model_layers",
-            f"is {model.model_layers}, fewer than first_moe_layer + layers"
-            f" ({model.first_moe_layer + model.layers})",
-        )
+    check_layer_ids(model, source)
     hardware = _build_hardware(table["hardware"], source)
     trace = _build_trace(table["trace"], source)
     policy = build(Policy, table.get("policy", {}), source, "policy")
@@ -402,6 +421,32 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     path = Path(os.path.abspath(source))  # relative paths inside resolve against its folder (as typed:
     # a link to a shipped instance file is named as the user named it)
     return Instance(name, model, hardware, trace, policy, runtime, path)
+
+
+def check_layer_ids(model: ModelShape, source: str | Path | None) -> None:
+    """`model.layer_ids` lists one increasing id per layer, from `first_moe_layer` on, and every
+    id is a layer of the model (`model_layers`)."""
+    ids = list(model.layer_ids)
+    if ids:
+        if len(ids) != model.layers:
+            raise InputError(
+                source, "model.layer_ids", f"lists {len(ids)} ids, the model has {model.layers} layers"
+            )
+        if any(b <= a for a, b in itertools.pairwise(ids)):
+            raise InputError(source, "model.layer_ids", f"must be strictly increasing, got {ids}")
+        if ids[0] < model.first_moe_layer:
+            raise InputError(
+                source,
+                "model.layer_ids",
+                f"layer {ids[0]} is before model.first_moe_layer ({model.first_moe_layer}), a dense layer",
+            )
+    last = model.moe_layer_ids[-1]
+    if model.model_layers and model.model_layers <= last:
+        raise InputError(
+            source,
+            "model.model_layers",
+            f"is {model.model_layers}, but the instance's last layer is model layer {last}",
+        )
 
 
 def _check_sizes(model: ModelShape, hardware: Hardware, trace: TraceSource, source: str | Path) -> None:

@@ -88,7 +88,7 @@ def describe(cls: type) -> list[dict[str, str]]:
     rows = []
     for f in dataclasses.fields(cls):
         meta = f.metadata
-        default = "required" if f.default is MISSING else repr(f.default)
+        default = "required" if f.default is MISSING else repr(_toml_value(f.default))
         doc = meta.get("doc", "")
         bounds: Bounds | None = meta.get("bounds")
         if bounds is not None and (bounds.lo is not None or bounds.hi is not None):
@@ -98,6 +98,11 @@ def describe(cls: type) -> list[dict[str, str]]:
         row = {"key": f.name, "unit": meta.get("unit", ""), "default": default, "doc": doc}
         rows.append({**row, "why": meta.get("why", ""), "limit": bounds.describe() if bounds else ""})
     return rows
+
+
+def _toml_value(value: Any) -> Any:
+    """A default as a TOML file writes it (tuples are lists)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def build(cls: type[T], table: Any, source: str | Path, where: str, **context: Any) -> T:
@@ -132,9 +137,22 @@ def _schema(cls: Any) -> tuple[dict[str, Any], dict[str, dataclasses.Field]]:
 def _coerce(value: Any, hint: Any, meta: Any, source: Any, key: str, context: dict) -> Any:
     if meta.get("per_chiplet"):
         return _per_chiplet(value, hint, meta, source, key, context)
+    if typing.get_origin(hint) is tuple:
+        return _sequence(value, hint, meta, source, key)
     checked = _check_type(value, hint, source, key)
     _check_bounds(checked, meta, source, key)
     return checked
+
+
+def _sequence(value: Any, hint: Any, meta: Any, source: Any, key: str) -> tuple:
+    """A list of any length (`tuple[T, ...]`), each element typed and within the bounds."""
+    (elem,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+    if not isinstance(value, list):
+        raise InputError(source, key, f"must be a list, got {_type_name(value)}")
+    items = [_check_type(v, elem, source, f"{key}[{i}]") for i, v in enumerate(value)]
+    for i, v in enumerate(items):
+        _check_bounds(v, meta, source, f"{key}[{i}]")
+    return tuple(items)
 
 
 def _per_chiplet(value: Any, hint: Any, meta: Any, source: Any, key: str, context: dict) -> tuple:

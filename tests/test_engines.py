@@ -160,8 +160,12 @@ def test_traces_use_the_models_layer_numbering(tmp_path: Path, table, cli) -> No
     assert read_trace(path).layer_ids.tolist() == [2, 3, 4]
     (tmp_path / "inst.toml").write_text(tomli_w.dumps(table))
     assert cli("solve", tmp_path / "inst.toml", "--trace", path, "--method", "greedy").code == 0
-    table["model"].update(first_moe_layer=0, model_layers=0)  # the same trace, numbering forgotten
+    table["model"].update(first_moe_layer=0, model_layers=0)  # names no ids: takes the trace's
     (tmp_path / "plain.toml").write_text(tomli_w.dumps(table))
-    cli("solve", tmp_path / "plain.toml", "--trace", path).assert_user_error(
-        "t.npz", "layer ids are 2..4", "model.first_moe_layer"
+    report = cli("solve", tmp_path / "plain.toml", "--trace", path, "--method", "greedy", "--json").json()
+    assert report["layer_ids"] == [2, 3, 4]
+    table["model"].update(first_moe_layer=1)  # names other ids: a true mismatch, both named
+    (tmp_path / "other.toml").write_text(tomli_w.dumps(table))
+    cli("solve", tmp_path / "other.toml", "--trace", path).assert_user_error(
+        "t.npz", "model layers 2..4", "layers are 1..3", "model.first_moe_layer"
     )

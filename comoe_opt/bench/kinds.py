@@ -40,13 +40,7 @@ class RunKind:
 def run_slow_loop(spec: RunSpec) -> Metrics:
     """Solve window `spec.window` of the instance's trace with `spec.method` (no previous placement)."""
     instance = spec.instance()
-    batches = instance_batches(instance)
-    size = instance.policy.window_batches
-    start = spec.window * size
-    if start >= batches.batches:
-        windows = math.ceil(batches.batches / size)
-        raise ComoeError(f"window {spec.window} is outside the trace's {windows} windows")
-    part = batches.window(start, min(start + size, batches.batches))
+    part = instance_batches(instance).planning_window(spec.window, instance.policy.window_batches)
     plan = plan_window(
         instance, part, method=spec.method, time_limit_s=spec.time_limit_s, mip_gap=spec.mip_gap
     )

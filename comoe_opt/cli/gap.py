@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
-from comoe_opt.errors import InputError
 from comoe_opt.formats import read_placement
-from comoe_opt.instance import FileTrace, Instance, load_instance
+from comoe_opt.instance import load_instance
 from comoe_opt.mapping.gap import GapReport, fast_loop_gap
 from comoe_opt.planning.gap import slow_loop_gap, summarize_slow_gap
-from comoe_opt.trace import Trace, instance_batches, make_batches, read_trace
-from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace import instance_batches
+from comoe_opt.trace.source import file_batches
 
 
 def cmd_gap(args: argparse.Namespace) -> dict[str, Any]:
     instance = load_instance(args.instance)
-    batches = _batches(instance, args.trace)
+    batches = instance_batches(instance) if args.trace is None else file_batches(instance, args.trace)
     placement = None
     if args.placement is not None:
         placement = read_placement(
@@ -39,18 +37,6 @@ def format_slow(table: Any) -> str:
     shown["median_time_s"] = shown["median_time_s"].map(lambda v: f"{v:.3f}")
     head = "slow loop: each method's gap to the proven bound (on what a placement changes)"
     return head + "\n" + shown.to_string(index=False)
-
-
-def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
-    """The instance's micro-batches, or those of `trace_path` (its own layers, experts and top-k)."""
-    if trace_path is None:
-        return instance_batches(instance)
-    trace = read_trace(trace_path)
-    if not isinstance(trace, Trace):
-        raise InputError(trace_path, "topk", "needs per-token routing; this file holds aggregates only")
-    spec = instance.trace
-    batching = spec.batching if isinstance(spec, FileTrace) else "decode"
-    return make_batches(trace, spec.tokens_per_batch, batching)
 
 
 def format_gap(report: GapReport) -> str:

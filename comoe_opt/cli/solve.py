@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 from comoe_opt.cli.common import option_into
 from comoe_opt.errors import ComoeError
-from comoe_opt.formats import (
-    launch_flags,
-    read_step_counts,
-    write_placement,
-    write_sglang,
-    write_vllm_ascend,
-)
+from comoe_opt.formats import ModelLayers, export_placement, launch_flags, write_placement
 from comoe_opt.instance import Instance, load_instance
-from comoe_opt.planning import plan_window, rolling_horizon
+from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.residency import Placement
 from comoe_opt.results import SolveResult
-from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
-from comoe_opt.trace import instance_batches, make_batches, read_trace
+from comoe_opt.trace import load_batches
 from comoe_opt.trace.batching import MicroBatches
-from comoe_opt.trace.model import Trace
-from comoe_opt.trace.source import check_layer_numbering
 
 
 def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
@@ -39,13 +29,20 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     if args.rolling:
         if args.counts:
             raise ComoeError("--rolling needs a per-token trace, not --counts")
-        return _rolling(instance, _batches(instance, args.trace), args, limit)
-    history, counts = _history(instance, args)
+        instance, batches = load_batches(instance, args.trace)
+        return _rolling(instance, batches, args, limit)
+    if args.counts:
+        history, counts = counts_history(instance, args.counts)
+    else:
+        instance, batches = load_batches(instance, args.trace)
+        history = batches.planning_window(args.window, instance.policy.window_batches, "--window")
+        counts = None
     plan = plan_window(instance, history, method=args.method, time_limit_s=limit, mip_gap=gap)
     result, problem = plan.result, plan.problem
     load = plan.demand.tokens if counts is None else counts
     report = _result_dict(result)
     report["balance_scenarios"] = problem.scenarios
+    report["layer_ids"] = instance.model.moe_layer_ids
     if args.output and result.solution is not None:
         report["output"] = str(_write(instance, result.solution, args, load))
         if args.export:
@@ -61,59 +58,10 @@ def _with_scenarios(instance: Instance, args: argparse.Namespace) -> Instance:
     return option_into(instance, "--scenarios", "policy.balance_scenarios", args.scenarios)
 
 
-def _batches(instance: Instance, trace_path: Path | None) -> MicroBatches:
-    if trace_path is None:
-        return instance_batches(instance)
-    trace = read_trace(trace_path, num_experts=instance.model.experts_per_layer)
-    if not isinstance(trace, Trace):
-        raise ComoeError(f"{trace_path}: holds aggregates only; use --counts for load counts")
-    if trace.layers != instance.model.layers or trace.top_k != instance.model.top_k:
-        raise ComoeError(
-            f"{trace_path}: {trace.layers} layers, top-{trace.top_k}; the instance has "
-            f"{instance.model.layers} layers, top-{instance.model.top_k}"
-        )
-    check_layer_numbering(trace, instance.model, trace_path)
-    batching = getattr(instance.trace, "batching", "decode")
-    return make_batches(trace, instance.trace.tokens_per_batch, batching)
-
-
-def _history(instance: Instance, args: argparse.Namespace) -> tuple[MicroBatches | WindowDemand, Any]:
-    """What the window is planned on: micro-batches, or a demand from load counts (returned too)."""
-    model = instance.model
-    if args.counts:
-        steps = read_step_counts(
-            args.counts, model.layers, model.experts_per_layer, model_layer_ids=model.moe_layer_ids
-        )
-        policy = instance.policy
-        demand = demand_from_step_counts(
-            steps, instance.trace.tokens_per_batch, model.top_k, policy.balance_scenarios
-        )
-        # the counts' steps are the scenarios; the plan serves a window of the instance's length
-        window = dataclasses.replace(demand, batches=policy.window_batches)
-        return window, steps.sum(axis=0)
-    batches = _batches(instance, args.trace)
-    window = instance.policy.window_batches
-    start = args.window * window
-    if args.window < 0 or start >= batches.batches:
-        raise ComoeError(
-            f"--window {args.window} is outside the trace's {math.ceil(batches.batches / window)} windows"
-        )
-    part = batches.window(start, min(start + window, batches.batches))
-    return part, None
-
-
 def _write(instance: Instance, placement: Placement, args: argparse.Namespace, load: Any) -> Path:
-    model = instance.model
-    if args.export == "sglang":  # one row per model layer: SGLang indexes the map by layer id
-        return write_sglang(
-            placement,
-            args.output,
-            load=load,
-            layer_ids=model.moe_layer_ids,
-            num_model_layers=model.hidden_layers,
-        )
-    if args.export == "vllm-ascend":
-        return write_vllm_ascend(placement, args.output, load=load)
+    if args.export:  # engines address model layers: the instance's layer ids place each row
+        layers = ModelLayers.of(instance.model)
+        return export_placement(args.export, placement, args.output, load=load, layers=layers)
     return write_placement(placement, args.output, page_gb=instance.model.page_gb, instance=instance.name)
 
 

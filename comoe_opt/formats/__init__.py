@@ -8,7 +8,12 @@ file format is a module here.
 
 from comoe_opt.formats.counts import read_load_counts, read_step_counts
 from comoe_opt.formats.engines import (
+    ENGINE_FORMATS,
+    EngineFormat,
+    ModelLayers,
     device_slots,
+    engine_format,
+    export_placement,
     launch_flags,
     read_sglang,
     read_vllm_ascend,
@@ -23,8 +28,13 @@ from comoe_opt.formats.placement_file import (
 )
 
 __all__ = [
+    "ENGINE_FORMATS",
+    "EngineFormat",
+    "ModelLayers",
     "PlacementFile",
     "device_slots",
+    "engine_format",
+    "export_placement",
     "launch_flags",
     "read_load_counts",
     "read_placement",

@@ -25,11 +25,18 @@ def read_load_counts(
     *,
     layer_ids: Sequence[int] | None = None,
     model_layer_ids: Sequence[int] | None = None,
+    model_layers: int | None = None,
 ) -> np.ndarray:
     """Expert-load counts as float64 [layers, experts] (summed over steps): `read_step_counts`."""
-    return read_step_counts(path, layers, experts, layer_ids=layer_ids, model_layer_ids=model_layer_ids).sum(
-        axis=0
+    steps = read_step_counts(
+        path,
+        layers,
+        experts,
+        layer_ids=layer_ids,
+        model_layer_ids=model_layer_ids,
+        model_layers=model_layers,
     )
+    return steps.sum(axis=0)
 
 
 def read_step_counts(
@@ -39,6 +46,7 @@ def read_step_counts(
     *,
     layer_ids: Sequence[int] | None = None,
     model_layer_ids: Sequence[int] | None = None,
+    model_layers: int | None = None,
 ) -> np.ndarray:
     """Expert-load counts per step as float64 [steps, layers, experts] from JSON, `.npz` or
     SGLang's `.pt` recorder dump.
@@ -50,8 +58,9 @@ def read_step_counts(
     buffer) are dropped.
 
     Rows are layers. `layer_ids` picks rows before the shape check. `model_layer_ids` are
-    the model layer ids of the MoE layers: a file with more rows than `layers` (SGLang's
-    dumps have one row per model layer, dense ones included) is read at those rows.
+    the model layer ids of the instance's layers: a file with more rows than `layers` (SGLang's
+    dumps have one row per model layer, dense ones included) is read at those rows, and must
+    have `model_layers` rows when that is given (a dump of another model is refused, not cut).
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -72,6 +81,13 @@ def read_step_counts(
             f"must be [layers, experts] or [steps, layers, experts], got shape {list(counts.shape)}",
         )
     if layer_ids is None and model_layer_ids is not None and layers is not None and counts.shape[1] > layers:
+        if model_layers is not None and counts.shape[1] != model_layers:
+            raise InputError(
+                path,
+                name,
+                f"has {counts.shape[1]} layer rows: neither the instance's {layers} layers nor one row per"
+                f" layer of its {model_layers}-layer model (model.model_layers, model.layer_ids)",
+            )
         layer_ids = model_layer_ids
     if layer_ids is not None:
         ids = list(layer_ids)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from comoe_opt.formats.jsonio import (
     with_source,
     write_json,
 )
+from comoe_opt.instance import ModelShape
 from comoe_opt.residency.placement import Placement
 
 SGLANG_KEY = "physical_to_logical_map"
@@ -105,12 +107,63 @@ def redundant_experts(placement: Placement) -> int:
     return placement.chiplets * slots - placement.experts
 
 
+@dataclass(frozen=True)
+class ModelLayers:
+    """Where a placement's layers sit in the model: the model layer id of each (`ids`), the
+    model's decoder layers (`total`, dense ones included) and its first MoE layer. Engines
+    address whole models; a placement may cover a subset of the MoE layers (a sampled log)."""
+
+    ids: tuple[int, ...]
+    total: int
+    first_moe: int = 0
+
+    @classmethod
+    def of(cls, model: ModelShape) -> ModelLayers:
+        return cls(tuple(model.moe_layer_ids), model.hidden_layers, model.first_moe_layer)
+
+
+@dataclass(frozen=True)
+class EngineFormat:
+    """A serving engine's expert-map file: how to write it, read it, and launch the engine on it."""
+
+    name: str
+    write: Callable[[Placement, Path, np.ndarray | None, ModelLayers | None], Path]
+    read: Callable[[Path, int, int | None, ModelLayers | None], Placement]
+    flags: Callable[[Path, int], str]
+
+
+def engine_format(engine: str) -> EngineFormat:
+    """The registered format of `engine` (`ENGINE_FORMATS`); unknown names are a user error."""
+    try:
+        return ENGINE_FORMATS[engine]
+    except KeyError:
+        known = ", ".join(ENGINE_FORMATS)
+        raise InputError(None, "engine", f"unknown engine {engine!r} (known: {known})") from None
+
+
+def export_placement(
+    engine: str,
+    placement: Placement,
+    path: str | Path,
+    *,
+    load: np.ndarray | None = None,
+    layers: ModelLayers | None = None,
+) -> Path:
+    """Write `placement` as `engine` loads it, its layers at the model layers `layers` names."""
+    return engine_format(engine).write(placement, Path(path), load, layers)
+
+
 def launch_flags(engine: str, path: Path, placement: Placement) -> str:
     """The launch options that make the engine load the written map (checked against SGLang 0.5.23
     and vLLM-Ascend at 182b75ea84; docs/placement-format.md)."""
-    extra = redundant_experts(placement)
-    if engine == "sglang":
-        return f"--init-expert-location {path} --ep-num-redundant-experts {extra}"
+    return engine_format(engine).flags(path, redundant_experts(placement))
+
+
+def _sglang_flags(path: Path, extra: int) -> str:
+    return f"--init-expert-location {path} --ep-num-redundant-experts {extra}"
+
+
+def _vllm_ascend_flags(path: Path, extra: int) -> str:
     config = {"eplb_config": {"expert_map_path": str(path), "num_redundant_experts": extra}}
     return f"--additional-config '{json.dumps(config)}'"
 
@@ -222,37 +275,63 @@ def _sglang_model_layers(
 # =========================================================== vLLM-Ascend
 
 
-def write_vllm_ascend(placement: Placement, path: str | Path, *, load: np.ndarray | None = None) -> Path:
+def write_vllm_ascend(
+    placement: Placement,
+    path: str | Path,
+    *,
+    load: np.ndarray | None = None,
+    layers: ModelLayers | None = None,
+) -> Path:
     """Write vLLM-Ascend's `expert_map_path` JSON (`moe_layer_count`, `layer_list`).
 
-    Layers are MoE layers in order (vLLM-Ascend counts MoE layers, not model layers); devices
-    are the placement's chiplets; padding follows `device_slots`. The name must end in `.json`
-    (vLLM-Ascend refuses any other).
+    Layers are MoE layers in order (vLLM-Ascend counts MoE layers, not model layers): with
+    `layers`, placement layer i is MoE layer `ids[i] - first_moe` of the model's
+    `total - first_moe`, and MoE layers the placement does not cover get the trivial map
+    (slot % experts, as SGLang's rows of dense layers). Devices are the placement's chiplets;
+    padding follows `device_slots`. The name must end in `.json` (vLLM-Ascend refuses any other).
     """
     path = Path(path)
     if not path.name.endswith(".json"):
         raise InputError(path, None, "vLLM-Ascend accepts expert_map_path only when its name ends in '.json'")
     slots = with_source(path, lambda: device_slots(placement, load, engine="vLLM-Ascend"))
+    rows, count = _vllm_ascend_moe_layers(placement.layers, layers)
+    per_device = slots.shape[2]
+    table = (np.arange(placement.chiplets * per_device) % placement.experts).reshape(placement.chiplets, -1)
+    tables = np.repeat(table[None], count, axis=0)
+    tables[rows] = slots
     doc = {
-        "moe_layer_count": placement.layers,
+        "moe_layer_count": count,
         "layer_list": [
             {
                 "layer_id": li,
                 "device_count": placement.chiplets,
                 "device_list": [
-                    {"device_id": d, "device_expert": slots[li, d].tolist()}
+                    {"device_id": d, "device_expert": tables[li, d].tolist()}
                     for d in range(placement.chiplets)
                 ],
             }
-            for li in range(placement.layers)
+            for li in range(count)
         ],
     }
     write_json(doc, path)
     return path
 
 
-def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placement:
-    """Read a vLLM-Ascend expert map back into a Placement (`experts` defaults to largest id + 1)."""
+def _vllm_ascend_moe_layers(layers: int, where: ModelLayers | None) -> tuple[list[int], int]:
+    """MoE layer index of each placement layer, and the model's MoE layer count."""
+    if where is None:
+        return list(range(layers)), layers
+    ids, total = _sglang_model_layers(layers, where.ids, where.total)
+    if ids and ids[0] < where.first_moe:
+        raise InputError(None, "layer_ids", f"layer {ids[0]} is before the first MoE layer {where.first_moe}")
+    return [i - where.first_moe for i in ids], total - where.first_moe
+
+
+def read_vllm_ascend(
+    path: str | Path, *, experts: int | None = None, layers: ModelLayers | None = None
+) -> Placement:
+    """Read a vLLM-Ascend expert map back into a Placement (`experts` defaults to largest id + 1);
+    with `layers`, only the MoE layers it names, and the map must cover the model's MoE layers."""
     path = Path(path)
     doc = load_json(path, "vLLM-Ascend expert map")
     if not isinstance(doc, dict):
@@ -315,6 +394,11 @@ def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placeme
             rows.append(ids)
         tables.append(rows)
     table = np.array(tables, dtype=np.int64)  # [layers, devices, slots]
+    if layers is not None:
+        rows, total = with_source(path, lambda: _vllm_ascend_moe_layers(len(layers.ids), layers))
+        if total != count:
+            raise InputError(path, "moe_layer_count", f"is {count}, the model has {total} MoE layers")
+        table = table[rows]
     n = num_logical(table, experts, "layer_list[*].device_list[*].device_expert", path)
     resident = np.zeros((table.shape[0], n, table.shape[1]), dtype=bool)
     l_idx, d_idx, _ = np.indices(table.shape)
@@ -322,4 +406,30 @@ def read_vllm_ascend(path: str | Path, *, experts: int | None = None) -> Placeme
     return Placement(resident)
 
 
-# ============================================================ load counts
+# ============================================================== registry
+# A new engine format is a writer, a reader and its launch flags above, and an entry here.
+
+ENGINE_FORMATS: dict[str, EngineFormat] = {
+    "sglang": EngineFormat(
+        "sglang",
+        write=lambda placement, path, load, layers: write_sglang(
+            placement,
+            path,
+            load=load,
+            layer_ids=None if layers is None else layers.ids,
+            num_model_layers=None if layers is None else layers.total,
+        ),
+        read=lambda path, chiplets, experts, layers: read_sglang(
+            path, chiplets, experts=experts, layer_ids=None if layers is None else layers.ids
+        ),
+        flags=_sglang_flags,
+    ),
+    "vllm-ascend": EngineFormat(
+        "vllm-ascend",
+        write=lambda placement, path, load, layers: write_vllm_ascend(
+            placement, path, load=load, layers=layers
+        ),
+        read=lambda path, chiplets, experts, layers: read_vllm_ascend(path, experts=experts, layers=layers),
+        flags=_vllm_ascend_flags,
+    ),
+}

@@ -8,16 +8,19 @@ runs all call it, so they plan the same window the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from comoe_opt.formats.counts import read_step_counts
 from comoe_opt.instance import Instance
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, ResidencyProblem, residency_problem
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import SolveResult
-from comoe_opt.stats.demand import WindowDemand, window_demand
+from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts, window_demand
 from comoe_opt.stats.transitions import TransitionGraph, window_graph
 from comoe_opt.trace.batching import MicroBatches
 
@@ -70,3 +73,22 @@ def plan_window(
         mip_gap=policy.mip_gap if mip_gap is None else mip_gap,
     )
     return Plan(result, problem, demand, graph)
+
+
+def counts_history(instance: Instance, path: str | Path) -> tuple[WindowDemand, np.ndarray]:
+    """What a window is planned on from expert-load counts (a `[layers, experts]` table or
+    SGLang's recorder dump, one row per model layer): the counts' steps are the balance
+    scenarios and the plan serves a window of the instance's length. Also returns the summed
+    counts, the load engines pad their maps with."""
+    model, policy = instance.model, instance.policy
+    steps = read_step_counts(
+        path,
+        model.layers,
+        model.experts_per_layer,
+        model_layer_ids=model.moe_layer_ids,
+        model_layers=model.hidden_layers,
+    )
+    demand = demand_from_step_counts(
+        steps, instance.trace.tokens_per_batch, model.top_k, policy.balance_scenarios
+    )
+    return dataclasses.replace(demand, batches=policy.window_batches), steps.sum(axis=0)

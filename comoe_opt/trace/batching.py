@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.errors import InputError
+from comoe_opt.errors import ComoeError, InputError
 from comoe_opt.trace.model import Trace
 
 
@@ -54,6 +54,15 @@ class MicroBatches:
         return MicroBatches(
             self.experts[start:stop], self.token_index[start:stop], self.num_experts, self.layer_ids, 0
         )
+
+    def planning_window(self, index: int, size: int, name: str = "window") -> MicroBatches:
+        """Window `index` of windows of `size` micro-batches (the last may be shorter); `name`
+        is the option or key that chose it, for the error when it is past the trace."""
+        count = -(-self.batches // size)
+        if not 0 <= index < count:
+            raise ComoeError(f"{name} {index} is outside the trace's {count} windows")
+        start = index * size
+        return self.window(start, min(start + size, self.batches))
 
 
 def make_batches(
