@@ -8,6 +8,7 @@ line and exits with status 2; a traceback means a bug in comoe-opt.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 
 def first_line(exc: BaseException) -> str:
@@ -18,7 +19,22 @@ def first_line(exc: BaseException) -> str:
 
 
 class ComoeError(Exception):
-    """An error caused by the user's input, reported without a traceback."""
+    """An error caused by the user's input, reported without a traceback.
+
+    It pickles (a worker process hands it to the parent) without calling `__init__` again:
+    a subclass's constructor arguments need not be its `args`.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild(cls: type[ComoeError], args: tuple[Any, ...], state: dict[str, Any]) -> ComoeError:
+    """A pickled `ComoeError` again: the same class, message (`args`) and attributes."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class InputError(ComoeError):

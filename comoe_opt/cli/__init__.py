@@ -1,19 +1,23 @@
 """The `comoe-opt` command: every verb is a thin call into the library.
 
-Every verb accepts `--json` and then prints one JSON object on stdout. User
-errors print one line on stderr and exit with status 2. Nothing outside this
-package imports it.
+Every verb accepts `--json` and then prints one JSON object on stdout: while a
+verb runs, everything else (library warnings, solver output, worker processes)
+goes to stderr. User errors print one line on stderr and exit with status 2.
+Nothing outside this package imports it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TextIO
 
 from comoe_opt.cli.common import USER_ERROR, emit
 from comoe_opt.cli.parser import build_parser
 from comoe_opt.errors import ComoeError
+from comoe_opt.parallel import log_to_stderr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,8 +34,10 @@ def _run(argv: Sequence[str] | None) -> int:
     if not hasattr(args, "handler"):
         parser.print_help()
         return USER_ERROR
+    log_to_stderr()
     try:
-        result = args.handler(args)
+        with _stdout_for_the_result_only():
+            result = args.handler(args)
     except ComoeError as exc:
         print(f"comoe-opt: error: {one_line(str(exc))}", file=sys.stderr)
         return USER_ERROR
@@ -40,7 +46,38 @@ def _run(argv: Sequence[str] | None) -> int:
         return 130
     emit(result, args.json)
     sys.stdout.flush()
-    return 0
+    return int(result.get("_exit", 0))  # a verb whose output stands but is incomplete (bench)
+
+
+@contextlib.contextmanager
+def _stdout_for_the_result_only() -> Iterator[None]:
+    """While a verb runs, anything else bound for stdout (a library's print, a solver's own
+    output, a worker process started meanwhile) goes to stderr: stdout carries the result only."""
+    out = sys.stdout
+    swapped = _point_fd(out, sys.stderr)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = out
+        if swapped is not None:
+            fd, saved = swapped
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def _point_fd(out: TextIO, err: TextIO) -> tuple[int, int] | None:
+    """Point `out`'s file descriptor at `err`'s; (descriptor, saved copy) to restore it, or None
+    when either stream has none (in-process tests capture them as Python objects)."""
+    try:
+        fd, target = out.fileno(), err.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    out.flush()
+    saved = os.dup(fd)
+    os.dup2(target, fd)
+    return fd, saved
 
 
 def one_line(message: str) -> str:

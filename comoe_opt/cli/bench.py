@@ -10,7 +10,6 @@ from typing import Any
 from comoe_opt.bench.provenance import available_cores
 from comoe_opt.bench.runner import BenchOutcome, describe_suite, run_suite
 from comoe_opt.bench.suite import load_suite
-from comoe_opt.cli.common import emit
 
 
 def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -23,12 +22,10 @@ def cmd_bench(args: argparse.Namespace) -> dict[str, Any]:
         suite, out, jobs=jobs, scheduler=args.scheduler, resume=args.resume, plots=not args.no_plots
     )
     result = _result(outcome)
-    if outcome.exit_status:
-        # the report is the output either way; the status tells scripts the suite is incomplete
-        emit(result, args.json)
-        if outcome.interrupted is None:
-            print(f"comoe-opt: {outcome.failed} runs failed (see {out / 'report.md'})", file=sys.stderr)
-        raise SystemExit(outcome.exit_status)
+    # the report is the output either way; the status tells scripts the suite is incomplete
+    result["_exit"] = outcome.exit_status
+    if outcome.exit_status and outcome.interrupted is None:
+        print(f"comoe-opt: {outcome.failed} runs failed (see {out / 'report.md'})", file=sys.stderr)
     return result
 
 

@@ -172,16 +172,27 @@ def set_replica_counts(m: pyo.ConcreteModel, problem: ResidencyProblem, counts: 
         s_piece, s_floor = scenario_floors(problem)
         zs = np.maximum(s_floor, (s_piece * share[None]).max(axis=2))  # [S, L]
         for (l, s), var in m.zs.items():
-            var.set_value(float(zs[s, l]))
+            set_start(var, float(zs[s, l]))
     for l in m.L:
         z = max(m.z[l].lb, float((piece[l] * share[l]).max(initial=0.0)))
         if zs is not None:
             z = max(z, float(zs[:, l].mean()))
-        m.z[l].set_value(z)
+        set_start(m.z[l], z)
     if hasattr(m, "new"):
         prev = problem.previous_replicas()
         for (l, e), var in m.new.items():
             var.set_value(float(max(0, counts[l, e] - prev[l, e])))
+
+
+def set_start(var: pyo.Var, value: float) -> None:
+    """A warm-start value, inside the variable's bounds: LP shares may exceed 1 by round-off
+    (1.0000000000000002), which Pyomo reports as a warning for every such variable."""
+    lower, upper = var.bounds
+    if lower is not None:
+        value = max(value, lower)
+    if upper is not None:
+        value = min(value, upper)
+    var.set_value(value)
 
 
 def build_full_model(problem: ResidencyProblem) -> pyo.ConcreteModel:
@@ -302,11 +313,11 @@ def set_full_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np
         return
     for l in range(problem.layers):
         z, _, shares = layer_shares(problem, resident[l], l)
-        m.z[l].set_value(z)
+        set_start(m.z[l], z)
         for e in range(problem.experts):
             row = _start_row(shares[e], resident[l, e])
             for c in range(problem.chiplets):
-                m.s[l, e, c].set_value(float(row[c]))
+                set_start(m.s[l, e, c], float(row[c]))
 
 
 def _start_row(shares: np.ndarray, resident: np.ndarray) -> np.ndarray:
@@ -322,12 +333,12 @@ def _set_scenario_start(m: pyo.ConcreteModel, problem: ResidencyProblem, residen
     for l in range(problem.layers):
         for s in range(problem.scenarios):
             z, _, shares = share_lp(problem.scenario_work_ms[s, l], resident[l])
-            m.zs[l, s].set_value(z)
+            set_start(m.zs[l, s], z)
             for e in range(problem.experts):
                 if (l, s, e) in m.LSE:
                     row = _start_row(shares[e], resident[l, e])
                     for c in range(problem.chiplets):
-                        m.t[l, s, e, c].set_value(float(row[c]))
+                        set_start(m.t[l, s, e, c], float(row[c]))
         nop = np.where(resident[l], problem.nop_ms_per_token[None, :], np.inf)
         nop = np.where(resident[l].any(axis=1, keepdims=True), nop, problem.nop_ms_per_token[None, :])
         nearest = nop.argmin(axis=1)
