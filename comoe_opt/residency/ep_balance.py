@@ -24,15 +24,26 @@ are drawn from a seeded generator: the same input gives the same plan.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Literal
 
 import numpy as np
 
+from comoe_opt.errors import ComoeError, first_line
+from comoe_opt.formats.counts import MAX_COUNT
+from comoe_opt.instance import MAX_PLACEMENT_CELLS
+from comoe_opt.residency.eplb import _check_shape
 from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
 
 METHODS = ("comoe", "eplb")
 MAX_HISTORY_STEPS = 64  # steps scored per layer (spread evenly): the search's cost grows with them
 MOVES_PER_LAYER = 4000
+MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
+
+
+class ArgumentError(ComoeError, ValueError):
+    """A bad argument of `rebalance_experts`: a `ValueError`, as EPLB's callers expect, and a
+    `ComoeError`, as every user error of comoe-opt; its message names the argument."""
 
 
 def rebalance_experts(
@@ -51,15 +62,26 @@ def rebalance_experts(
     experts] (numpy arrays, or torch tensors when given tensors).
 
     `history` [steps, layers, experts] (optional) are per-step loads to plan on; `weight` is
-    still what EPLB's part plans on and what ties are broken by.
+    still what EPLB's part plans on and what ties are broken by. Loads may be of any real dtype,
+    bf16 and fp16 included (planned on as the same values in float32, as upstream does). A bad
+    argument raises `ArgumentError` (a `ValueError`) naming it.
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ArgumentError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    num_replicas = _count("num_replicas", num_replicas)
+    num_groups = _count("num_groups", num_groups)
+    num_nodes = _count("num_nodes", num_nodes)
+    num_gpus = _count("num_gpus", num_gpus)
+    moves = _count("moves", moves, low=0, high=MAX_MOVES)
+    seed = _count("seed", seed, low=0)
     as_torch = _is_torch(weight)
-    load = _numpy(weight)
+    load = _loads(weight, "weight")
+    if load.ndim != 2 or 0 in load.shape:
+        raise ArgumentError(f"weight must be [layers, experts], got shape {load.shape}")
+    _check_sizes(load.shape, num_replicas, num_groups, num_nodes, num_gpus)
+    steps = _history(history, load.shape)
     phy2log, log2phy, logcnt = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     if method == "comoe":
-        steps = _history(history, load.shape)
         hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
         nodes = num_nodes if hierarchical else 1
         rng = np.random.default_rng(seed)
@@ -73,7 +95,8 @@ def rebalance_experts(
     if as_torch:
         import torch
 
-        return tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in (phy2log, log2phy, logcnt))
+        a, b, c = (torch.from_numpy(np.ascontiguousarray(x)) for x in (phy2log, log2phy, logcnt))
+        return a, b, c
     return phy2log, log2phy, logcnt
 
 
@@ -134,17 +157,15 @@ def improve_layer(
     return slots
 
 
-def _history(history: Any, shape: tuple[int, int]) -> np.ndarray | None:
+def _history(history: Any, shape: tuple[int, ...]) -> np.ndarray | None:
     if history is None:
         return None
-    steps = _numpy(history)
+    steps = _loads(history, "history")
     if steps.ndim != 3 or steps.shape[1:] != shape:
-        raise ValueError(f"history must be [steps, {shape[0]}, {shape[1]}], got shape {steps.shape}")
-    if not np.isfinite(steps).all() or (steps < 0).any():
-        raise ValueError("history must hold finite, non-negative loads")
+        raise ArgumentError(f"history must be [steps, {shape[0]}, {shape[1]}], got shape {steps.shape}")
     steps = steps[steps.reshape(steps.shape[0], -1).any(axis=1)]  # unused recorder rows are zero
     if steps.shape[0] == 0:
-        raise ValueError("history holds no step with any load")
+        raise ArgumentError("history holds no step with any load")
     if steps.shape[0] > MAX_HISTORY_STEPS:
         pick = np.floor((np.arange(MAX_HISTORY_STEPS) + 0.5) * steps.shape[0] / MAX_HISTORY_STEPS)
         steps = steps[pick.astype(np.int64)]
@@ -166,10 +187,69 @@ def _is_torch(value: Any) -> bool:
     return type(value).__module__.startswith("torch")
 
 
-def _numpy(value: Any) -> np.ndarray:
+def _count(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
+    """`value` as an int in [low, high]; floats (even 4.0) and bools are refused, as upstream's
+    integer arithmetic would misuse them."""
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise ArgumentError(f"{name} must be an integer, got {_shown(value)}") from None
+    if number < low:
+        raise ArgumentError(f"{name} must be at least {low}, got {number}")
+    if high is not None and number > high:
+        raise ArgumentError(f"{name} must be at most {high:,}, got {number:,}")
+    return number
+
+
+def _check_sizes(shape: tuple[int, ...], replicas: int, groups: int, nodes: int, gpus: int) -> None:
+    """Upstream's divisibility rules, then the project's size limit on the arrays the plan needs
+    (phy2log per GPU for the packing, log2phy at its widest)."""
+    layers, experts = shape
+    try:
+        _check_shape(experts, replicas, groups, nodes, gpus)
+    except ValueError as exc:
+        raise ArgumentError(str(exc)) from None
+    for what, cells in (
+        ("layers x num_replicas x num_gpus", layers * replicas * gpus),
+        ("layers x experts x (num_replicas - experts + 1)", layers * experts * (replicas - experts + 1)),
+    ):
+        if cells > MAX_PLACEMENT_CELLS:
+            raise ArgumentError(f"{what} = {cells:,} exceeds {MAX_PLACEMENT_CELLS:,}")
+
+
+def _loads(value: Any, name: str) -> np.ndarray:
+    """Loads as float64, from numpy or torch of any real dtype (bf16 and fp16 widen exactly);
+    each finite, non-negative and at most `MAX_COUNT`."""
     if _is_torch(value):
-        value = value.detach().cpu().numpy()
-    array = np.asarray(value, dtype=np.float64)
-    if not np.isfinite(array).all():
-        raise ValueError("loads must be finite")
+        value = _torch_numpy(value, name)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise ArgumentError(f"{name} must be a numeric array: {first_line(exc)}") from None
+    if array.dtype.kind not in "iuf":
+        raise ArgumentError(f"{name} must hold real numbers, got dtype {array.dtype}")
+    array = array.astype(np.float64)
+    bad = ~np.isfinite(array) | (array < 0) | (array > MAX_COUNT)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        index = "".join(f"[{i}]" for i in where)
+        problem = f"must be finite, non-negative and at most {MAX_COUNT:g}"
+        raise ArgumentError(f"{name}{index} {problem}, got {float(array[where])!r}")
     return array
+
+
+def _torch_numpy(tensor: Any, name: str) -> np.ndarray:
+    """A tensor's values in numpy; bf16 (which numpy lacks) and fp16 widen to float32 exactly."""
+    tensor = tensor.detach().cpu()
+    if tensor.dtype.is_complex or str(tensor.dtype) == "torch.bool":
+        raise ArgumentError(f"{name} must hold real numbers, got dtype {tensor.dtype}")
+    if tensor.dtype.is_floating_point and tensor.element_size() < 4:
+        tensor = tensor.float()
+    return tensor.numpy()
+
+
+def _shown(value: Any) -> str:
+    text = first_line(ValueError(repr(value)))
+    return text if len(text) <= 60 else text[:57] + "..."
