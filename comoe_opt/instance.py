@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 import os
 import tomllib
@@ -20,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import tomli_w
 
+from comoe_opt.costs import Costs, pages
 from comoe_opt.errors import InputError
 from comoe_opt.schema import build, param
 
@@ -360,12 +362,17 @@ class Instance:
 
     def pages(self, gb: Any) -> np.ndarray:
         """Whole pages (int64) that fit in `gb` GB, per chiplet or scalar."""
-        return np.floor(np.asarray(gb, dtype=np.float64) / self.model.page_gb + 1e-9).astype(np.int64)
+        return pages(gb, self.model.page_gb)
 
     @property
     def capacity_pages(self) -> np.ndarray:
         """[C] page slots of each chiplet's memory for resident experts."""
-        return self.pages(self.hardware.capacity_gb)
+        return self.costs.capacity_pages
+
+    @functools.cached_property
+    def costs(self) -> Costs:
+        """Times and page counts derived from the hardware rates (the one place they are derived)."""
+        return Costs.of(self.model, self.hardware, self.source)
 
 
 _SECTIONS = ("model", "hardware", "trace", "policy", "runtime")
@@ -418,6 +425,7 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
     _check_sizes(model, hardware, trace, source)
+    Costs.of(model, hardware, source)  # derived times and pages in range, or the keys named
     path = Path(os.path.abspath(source))  # relative paths inside resolve against its folder (as typed:
     # a link to a shipped instance file is named as the user named it)
     return Instance(name, model, hardware, trace, policy, runtime, path)

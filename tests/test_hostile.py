@@ -380,3 +380,34 @@ def test_changing_chiplets_names_the_per_chiplet_key(cli) -> None:
     cli("evaluate", BASELINE, "--set", "hardware.chiplets=16").assert_user_error(
         "hardware.nop_hops", "one value per chiplet (16)"
     )
+
+
+# ------------------------------------------------------- derived quantities and layer rows
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "needle"),
+    [
+        ("model", "page_gb", 1e308, "model.page_gb / hardware.d2d_bandwidth_gb_s"),
+        ("hardware", "d2d_bandwidth_gb_s", 1e-308, "model.page_gb / hardware.d2d_bandwidth_gb_s"),
+        ("hardware", "capacity_gb", 1e308, "hardware.capacity_gb / model.page_gb"),
+        ("hardware", "local_bandwidth_gb_s", 1e-300, "hardware.local_bandwidth_gb_s"),
+        ("hardware", "copy_inter_node_gb_s", 1e-300, "hardware.copy_inter_node_gb_s"),
+        ("hardware", "prefetch_buffer_gb", 1e300, "hardware.prefetch_buffer_gb / model.page_gb"),
+    ],
+)
+def test_derived_times_and_pages_are_checked(tmp_path: Path, cli, table, section, key, value, needle) -> None:
+    """Each value passes its own key's range; what the loops derive from it does not."""
+    table[section][key] = value
+    instance = write_instance(tmp_path, table)
+    for args in (("instance", "show", instance), ("solve", instance), ("evaluate", instance)):
+        cli(*args).assert_user_error("inst.toml", needle)
+
+
+def test_a_dump_with_rows_of_another_model_is_refused(tmp_path: Path, cli, table) -> None:
+    """SGLang-style dump of 6 layer rows for a 3-layer model: never silently cut to 3 rows."""
+    dump = tmp_path / "dump.json"
+    dump.write_text(json.dumps({"logical_count": np.ones((2, 6, 8)).tolist()}))
+    cli("solve", write_instance(tmp_path, table), "--counts", dump).assert_user_error(
+        "dump.json", "6 layer rows", "3 layers"
+    )

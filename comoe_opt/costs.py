@@ -1,0 +1,112 @@
+"""Hardware rates turned into the times and page counts the loops use (formulations/latency.md).
+
+`Costs.of(model, hardware)` is computed once per instance (`Instance.costs`) and
+checked there: every derived time must be finite and within `TIME_RANGE_MS`
+(or exactly 0), every page count within `MAX_PAGES`, or the instance is refused
+naming the key that made it so. Values that pass each key's own range can still
+combine into nonsense (a 1e308 GB page over a 1e-308 GB/s link); the solvers would
+meet that as an infinite coefficient.
+
+This module reads the instance's model and hardware through their attribute
+names only, so that `instance.py` can validate with it without an import cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from comoe_opt.errors import InputError
+
+# A derived time outside this range (other than 0) is a typo, not a machine: 1e-12 ms is a
+# femtosecond, 1e12 ms 30 years; solvers also lose precision on coefficients spanning more.
+TIME_RANGE_MS = (1e-12, 1e12)
+MAX_PAGES = 2**31  # pages of one device's memory or buffer: far past any memory, still exact in int64
+
+
+@dataclass(frozen=True, eq=False)
+class Costs:
+    """Times (ms) and page counts derived from the instance's rates; arrays are per device [C]."""
+
+    page_load_ms: float  # one on-demand page over the shared die-to-die link
+    read_ms: np.ndarray  # one page read at each device's local bandwidth
+    flop_ms: np.ndarray  # one token through one expert at each device's peak compute
+    hops: np.ndarray  # NoP hops to each device
+    hop_ms: np.ndarray  # dispatch latency to each device: hops x per-hop latency
+    token_link_ms: float  # one token activation over the die-to-die link
+    copy_intra_ms: float  # copy_topology = "devices": one page from a device of the same node
+    copy_inter_ms: float  # ... from another node or host memory
+    capacity_pages: np.ndarray  # resident-page slots of each device
+    buffer_pages: np.ndarray  # prefetch-buffer pages of each device
+
+    @property
+    def nop_ms_per_token(self) -> np.ndarray:
+        """Link time one token occupies to device c and back: 2 · hops · token time."""
+        return 2.0 * self.hops * self.token_link_ms
+
+    @classmethod
+    def of(cls, model: Any, hardware: Any, source: str | Path | None = None) -> Costs:
+        """The costs of a `ModelShape` and a `Hardware`; `InputError` naming the key when a derived
+        value is out of range."""
+        page_gb, hw = np.float64(model.page_gb), hardware  # numpy: overflow gives inf, not an exception
+        with np.errstate(over="ignore", under="ignore", divide="ignore", invalid="ignore"):
+            costs = cls._derive(model, hw, page_gb)
+        costs.check(source)
+        return costs
+
+    @classmethod
+    def _derive(cls, model: Any, hw: Any, page_gb: float) -> Costs:
+        return cls(
+            page_load_ms=page_gb / hw.d2d_bandwidth_gb_s * 1e3,
+            read_ms=page_gb / _per_device(hw.local_bandwidth_gb_s) * 1e3,
+            flop_ms=model.gflop_per_token / (_per_device(hw.peak_tflops) * 1e3) * 1e3,
+            hops=_per_device(hw.nop_hops),
+            hop_ms=_per_device(hw.nop_hops) * hw.hop_latency_ns * 1e-6,
+            token_link_ms=np.float64(model.token_bytes) / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3,
+            copy_intra_ms=page_gb / hw.copy_intra_node_gb_s * 1e3,
+            copy_inter_ms=page_gb / hw.copy_inter_node_gb_s * 1e3,
+            capacity_pages=pages(hw.capacity_gb, page_gb),
+            buffer_pages=pages(hw.prefetch_buffer_gb, page_gb),
+        )
+
+    def check(self, source: str | Path | None) -> None:
+        """Refuse derived values past their range, naming the keys they come from."""
+        times = (
+            (self.page_load_ms, "model.page_gb / hardware.d2d_bandwidth_gb_s", "one page load"),
+            (self.read_ms, "model.page_gb / hardware.local_bandwidth_gb_s", "one page read"),
+            (self.flop_ms, "model.expert_gflop_per_token / hardware.peak_tflops", "one token's expert work"),
+            (self.hop_ms, "hardware.nop_hops x hardware.hop_latency_ns", "dispatch latency"),
+            (self.token_link_ms, "model.hidden_size / hardware.d2d_bandwidth_gb_s", "one token's transfer"),
+            (self.copy_intra_ms, "model.page_gb / hardware.copy_intra_node_gb_s", "one page copy"),
+            (self.copy_inter_ms, "model.page_gb / hardware.copy_inter_node_gb_s", "one page copy"),
+        )
+        lo, hi = TIME_RANGE_MS
+        for value, keys, what in times:
+            arr = np.asarray(value, dtype=np.float64)
+            bad = ~np.isfinite(arr) | (arr > hi) | ((arr > 0) & (arr < lo))
+            if bad.any():
+                worst = float(arr[bad].flat[0])
+                raise InputError(
+                    source, keys, f"gives {what} of {worst:.3g} ms, outside {lo:g}..{hi:g} ms (or 0)"
+                )
+        for value, key in ((self.capacity_pages, "capacity_gb"), (self.buffer_pages, "prefetch_buffer_gb")):
+            if (value > MAX_PAGES).any() or (value < 0).any():
+                raise InputError(
+                    source,
+                    f"hardware.{key} / model.page_gb",
+                    f"gives {int(value.max()):,} pages per device, more than {MAX_PAGES:,}",
+                )
+
+
+def pages(gb: Any, page_gb: float) -> np.ndarray:
+    """Whole pages (int64) that fit in `gb` GB, per device or scalar; huge ratios saturate above
+    `MAX_PAGES` (so that the check can name them) instead of overflowing."""
+    ratio = np.floor(np.asarray(gb, dtype=np.float64) / page_gb + 1e-9)
+    return np.minimum(np.nan_to_num(ratio, nan=0.0, posinf=2.0 * MAX_PAGES), 2.0 * MAX_PAGES).astype(np.int64)
+
+
+def _per_device(value: Any) -> np.ndarray:
+    return np.asarray(value, dtype=np.float64)
