@@ -27,6 +27,7 @@ import pyomo.environ as pyo
 from pyomo.contrib.appsi.base import TerminationCondition as TC
 from pyomo.contrib.appsi.solvers import Highs
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.results import Status
 
 _STATUS = {
@@ -50,6 +51,7 @@ class HighsOutcome:
     bound: float  # dual bound, -inf when none
     runtime_s: float
     solver_status: str  # HiGHS's own termination condition, for reports
+    handover_s: float = 0.0  # handing the model to HiGHS (included in runtime_s)
 
 
 def solve_with_highs(
@@ -59,18 +61,31 @@ def solve_with_highs(
     mip_gap: float | None = None,
     warm_start: bool = False,
     options: dict | None = None,
+    deadline: Deadline | None = None,
 ) -> HighsOutcome:
-    """Solve `model`, load the incumbent into its variables, return status and bounds."""
+    """Solve `model`, load the incumbent into its variables, return status and bounds.
+
+    With a `deadline` the model is handed over first and HiGHS gets the time that remains after
+    the hand-over (at most `time_limit_s`); when none remains, HiGHS is not started.
+    """
     solver = Highs()
     solver.config.load_solution = False
     solver.config.stream_solver = False
     solver.config.warmstart = warm_start
-    if time_limit_s is not None:
-        solver.config.time_limit = max(time_limit_s, 0.01)
     if mip_gap is not None:
         solver.config.mip_gap = mip_gap
     solver.highs_options = {"random_seed": 0, **(options or {})}
     start = time.perf_counter()
+    handover = 0.0
+    if deadline is not None:
+        _hand_over(solver, model)  # seconds for a large model: it counts against the deadline
+        handover = time.perf_counter() - start
+        if deadline.expired():
+            return HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, handover, NOT_STARTED, handover)
+        left = deadline.remaining()
+        time_limit_s = left if time_limit_s is None else min(time_limit_s, left)
+    if time_limit_s is not None and math.isfinite(time_limit_s):
+        solver.config.time_limit = max(time_limit_s, 0.01)
     results = solver.solve(model)
     runtime = time.perf_counter() - start
     status = _STATUS.get(results.termination_condition, Status.ERROR)
@@ -87,7 +102,19 @@ def solve_with_highs(
         bound=float(bound) if bound is not None else float("-inf"),
         runtime_s=runtime,
         solver_status=str(results.termination_condition.name),
+        handover_s=handover,
     )
+
+
+NOT_STARTED = "not started: the time limit passed during the model hand-over"
+
+
+def _hand_over(solver: Highs, model: pyo.ConcreteModel) -> None:
+    """Give `model` to HiGHS now; `solve` then re-checks nothing (the model does not change)."""
+    solver.set_instance(model)
+    for key in list(solver.update_config.keys()):
+        if key != "treat_fixed_vars_as_params":  # how fixed variables are handed over, not a check
+            setattr(solver.update_config, key, False)
 
 
 # ------------------------------------------------------------------ highspy directly

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.formats.counts import read_step_counts
 from comoe_opt.instance import Instance
 from comoe_opt.residency.placement import Placement
@@ -56,22 +57,20 @@ def plan_window(
     `previous` is the placement serving now (copies are counted against it),
     `leased` the replicas that must stay, `batches` the micro-batches the plan
     will serve (default: as many as it was planned on). Time limit and gap
-    default to the instance's policy.
+    default to the instance's policy; the time limit starts here, so that
+    building the problem counts against it (report phase `problem`).
     """
     policy = instance.policy
+    deadline = Deadline(policy.time_limit_s if time_limit_s is None else time_limit_s)
     graph = None
-    if isinstance(history, MicroBatches):
-        graph = window_graph(history, policy)
-        demand = window_demand(history, policy, graph)
-    else:
-        demand = history
-    problem = residency_problem(instance, demand, previous, leased=leased, terms=terms, batches=batches)
-    result = solve(
-        problem,
-        method,
-        time_limit_s=policy.time_limit_s if time_limit_s is None else time_limit_s,
-        mip_gap=policy.mip_gap if mip_gap is None else mip_gap,
-    )
+    with deadline.phase("problem"):
+        if isinstance(history, MicroBatches):
+            graph = window_graph(history, policy)
+            demand = window_demand(history, policy, graph)
+        else:
+            demand = history
+        problem = residency_problem(instance, demand, previous, leased=leased, terms=terms, batches=batches)
+    result = solve(problem, method, mip_gap=policy.mip_gap if mip_gap is None else mip_gap, deadline=deadline)
     return Plan(result, problem, demand, graph)
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.highs import INF, DirectModel
 from comoe_opt.residency import scenarios
 from comoe_opt.residency.closure import bottlenecks
@@ -224,7 +225,7 @@ def solve_with_cuts(
     problem: ResidencyProblem,
     start: Placement | None,
     *,
-    time_limit_s: float,
+    deadline: Deadline,
     mip_gap: float,
     max_rounds: int = 50,
     improve: Callable[[Placement], Placement] | None = None,
@@ -232,7 +233,8 @@ def solve_with_cuts(
     """Row generation to a proven gap: the best placement found, its exact objective, the bound.
 
     `improve(placement) -> placement`, when given, runs on every round's placement (a local
-    search) before it is scored.
+    search) before it is scored. Rounds start while the `deadline` has time left, each HiGHS
+    solve gets what remains.
     """
     began = time.perf_counter()
     cm = CutModel(problem)
@@ -244,12 +246,12 @@ def solve_with_cuts(
     info = CutRounds()
     bound, status = -math.inf, Status.TIME_LIMIT
     while info.rounds < max_rounds:
-        remaining = time_limit_s - (time.perf_counter() - began)
-        if remaining <= 0:
+        if deadline.expired():
+            deadline.note(f"cut rounds: stopped by their share of the time limit after {info.rounds} rounds")
             break
         # no setSolution start: HiGHS can return the given start's values with another
         # solution's objective when presolve solves the model (found by the property tests)
-        outcome = cm.lp.solve(time_limit_s=remaining, mip_gap=mip_gap / 2)
+        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2)
         solver = outcome.status
         info.rounds += 1
         if solver in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):

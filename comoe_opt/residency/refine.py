@@ -23,11 +23,11 @@ drawn from a generator seeded per layer, so a search is deterministic.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -43,12 +43,12 @@ POOL_ROUNDS = 4  # beyond enumerable chiplet counts: exact checks (and pool grow
 
 
 def refine(
-    problem: ResidencyProblem, placement: Placement, seed: int = 0, deadline: float | None = None
+    problem: ResidencyProblem, placement: Placement, seed: int = 0, deadline: Deadline | None = None
 ) -> Placement:
     """`placement` improved by `problem.search_moves` moves per layer (unchanged without scenarios).
 
-    With a `deadline` (a `time.perf_counter()` value) the layers not reached by then stay as they
-    are: the result then depends on the machine's speed.
+    With a `deadline`, checked between moves, the search stops when it passes (never worse than
+    `placement`): the result then depends on the machine's speed.
     """
     work = problem.scenario_work_ms
     if work is None or problem.search_moves == 0 or not cut_condition_applies(work):
@@ -58,16 +58,21 @@ def refine(
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
     # each seed starts at another layer, so that searches cut short by a deadline share the layers
-    for layer in np.roll(np.arange(problem.layers), -seed * 7).tolist():
-        if deadline is not None and time.perf_counter() >= deadline:
+    order = np.roll(np.arange(problem.layers), -seed * 7).tolist()
+    for started, layer in enumerate(order):
+        if deadline is not None and deadline.expired():
+            deadline.note(f"search: stopped by the time limit, {started} of {len(order)} layers searched")
             break
         rng = np.random.default_rng([seed, layer])
         if table is None:
-            resident[layer] = _pooled_search(problem, speeds, resident[layer], layer, room, rng)
+            resident[layer] = _pooled_search(problem, speeds, resident[layer], layer, room, rng, deadline)
             continue
         search = _LayerSearch(problem, table, resident[layer], layer, room)
-        search.run(rng, problem.search_moves)
+        search.run(rng, problem.search_moves, deadline)
         resident[layer] = search.resident()
+    else:
+        if deadline is not None and deadline.expired():  # the last layer's moves were cut short
+            deadline.note("search: the time limit passed during the last layer's moves")
     return Placement(resident)
 
 
@@ -78,6 +83,7 @@ def _pooled_search(
     layer: int,
     room: np.ndarray,
     rng: np.random.Generator,
+    deadline: Deadline | None = None,
 ) -> np.ndarray:
     """The layer search on too many chiplets to enumerate their sets.
 
@@ -106,9 +112,9 @@ def _pooled_search(
         else:  # undo the stretch; the grown pool makes the next one differ
             current, current_room = best[0], best[1]
             search = _LayerSearch(problem, table, current, layer, current_room.copy())
-        if k == POOL_ROUNDS:
-            break
-        search.run(rng, stretch)
+        if k == POOL_ROUNDS or (deadline is not None and deadline.expired()):
+            break  # a stretch cut short by the deadline was still checked exactly above
+        search.run(rng, stretch, deadline)
         current, current_room = search.resident(), search.room
     room[:] = best[1]
     return best[0]
@@ -176,11 +182,14 @@ class _LayerSearch:
 
     # ------------------------------------------------------------------ moves
 
-    def run(self, rng: np.random.Generator, moves: int) -> None:
-        """`moves` proposals: alternately aimed at a bottleneck and drawn at random."""
+    def run(self, rng: np.random.Generator, moves: int, deadline: Deadline | None = None) -> None:
+        """`moves` proposals: alternately aimed at a bottleneck and drawn at random; fewer when
+        the `deadline` passes first."""
         if self.slot_e.size < 2:
             return
         for k in range(moves):
+            if deadline is not None and deadline.expired():
+                break
             proposal = self._aimed(rng) if k % 2 else self._random(rng)
             if proposal is None:
                 continue

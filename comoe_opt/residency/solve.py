@@ -29,9 +29,10 @@ import time
 import numpy as np
 import pyomo.environ as pyo
 
-from comoe_opt.highs import solve_with_highs
+from comoe_opt.deadline import Deadline
+from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
 from comoe_opt.residency.assign import assign_replicas
-from comoe_opt.residency.cuts import cut_model_applies, solve_with_cuts
+from comoe_opt.residency.cuts import ExactOutcome, cut_model_applies, solve_with_cuts
 from comoe_opt.residency.fill import fill_spare
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.models import (
@@ -57,20 +58,34 @@ def solve(
     *,
     time_limit_s: float = 10.0,
     mip_gap: float = 1e-3,
+    deadline: Deadline | None = None,
 ) -> SolveResult[Placement]:
+    """Solve with `method` within `time_limit_s`, or within `deadline` when given (one that started
+    earlier, e.g. with building the problem); every phase draws on the same deadline."""
+    deadline = Deadline(time_limit_s) if deadline is None else deadline
     if method in HEURISTICS:
-        return solve_heuristic(problem, method)
+        return solve_heuristic(problem, method, deadline)
     if method in ("milp", "exact"):
-        return solve_milp(problem, time_limit_s=time_limit_s, mip_gap=mip_gap, exact=method == "exact")
+        return solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=method == "exact")
     if method == "full":
-        return solve_full(problem, time_limit_s=time_limit_s, mip_gap=mip_gap)
+        return solve_full(problem, deadline=deadline, mip_gap=mip_gap)
     if method == "lp":
-        return solve_lp(problem)
+        return solve_lp(problem, deadline)
     raise ValueError(f"unknown method {method!r} (known: {', '.join(RESIDENCY_METHODS)})")
 
 
-def solve_heuristic(problem: ResidencyProblem, name: str) -> SolveResult[Placement]:
-    """A heuristic's placement, scored exactly; `no_solution` when it breaks a constraint."""
+def solve_heuristic(
+    problem: ResidencyProblem, name: str, deadline: Deadline | None = None
+) -> SolveResult[Placement]:
+    """A heuristic's placement, scored exactly; `no_solution` when it breaks a constraint. One step
+    that the time limit does not interrupt (milliseconds to a second)."""
+    deadline = Deadline(math.inf) if deadline is None else deadline
+    with deadline.phase("heuristic"):
+        result = _heuristic(problem, name)
+    return dataclasses.replace(result, report={**result.report, **deadline.report()})
+
+
+def _heuristic(problem: ResidencyProblem, name: str) -> SolveResult[Placement]:
     start = time.perf_counter()
     placement = HEURISTICS[name](problem)
     runtime = time.perf_counter() - start  # the heuristic itself; scoring is not its cost
@@ -94,84 +109,49 @@ def solve_heuristic(problem: ResidencyProblem, name: str) -> SolveResult[Placeme
 
 
 def solve_milp(
-    problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float, exact: bool = False
+    problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
 ) -> SolveResult[Placement]:
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
-    scenarios, then the exact scenario model (cuts.py) to the gap or the time limit."""
-    start = time.perf_counter()
-    heuristics = _feasible_heuristics(problem)
+    scenarios, then the exact scenario model (cuts.py) to the gap or the deadline.
+
+    Cheap phases run first, open-ended ones last with what remains; a phase that finds the
+    deadline passed is skipped and the report says so (formulations/residency.md, "Time limit").
+    """
+    with deadline.phase("warm_start"):
+        heuristics = _feasible_heuristics(problem, deadline)
     warm = min(heuristics, key=lambda r: r.objective) if heuristics else None
-    build_start = time.perf_counter()
-    model = build_replica_model(problem)
-    if warm is not None:
-        set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
-    build_s = time.perf_counter() - build_start
-    remaining = time_limit_s - (time.perf_counter() - start)
-    # the constant part is not in the model: HiGHS's gap is on what a placement changes
-    outcome = solve_with_highs(
-        model, time_limit_s=remaining, mip_gap=mip_gap / 2, warm_start=warm is not None
-    )
     best = _Incumbent.of(warm)
-    if outcome.status.has_solution and math.isfinite(outcome.objective):
-        best.offer(problem, assign_replicas(problem, replica_counts(model, problem)), "replica-count MILP")
-    bound = outcome.bound + problem.constant_ms  # a lower bound of the full model (formulations/residency.md)
-    bound_source = "replica-count MILP"
-    if not math.isfinite(bound):
-        # stopped before its root bound: the LP relaxation's is still a promise, and takes little time
-        relaxed = solve_lp(problem, time_limit_s=LP_BOUND_TIME_S)
-        if relaxed.status is Status.OPTIMAL:
-            bound, bound_source = relaxed.bound, "LP relaxation (the MILP stopped before its root bound)"
-        else:
-            bound_source = f"none: the LP relaxation ended {relaxed.status.value} too"
-    remaining = time_limit_s - (time.perf_counter() - start)
-    polish = None
-    cuts = None
+    replica = _solve_replica_model(problem, warm, deadline, mip_gap)
+    outcome = replica.outcome
+    if replica.counts is not None:
+        with deadline.phase("place"):  # runs even past the deadline: it is the MILP's answer
+            best.offer(problem, assign_replicas(problem, replica.counts), "replica-count MILP")
+    # the constant part is not in the model: HiGHS's gap is on what a placement changes
+    bound, bound_source = _replica_bound(problem, outcome, deadline)
+    polish = cuts = None
+    outcome_status = outcome.status
+    _fill_and_search(best, problem, deadline)
     if exact and cut_model_applies(problem):
-        if best.placement is not None:
-            best.fill_ties(problem)
-            if problem.search_moves:
-                best.search(problem)
-        remaining = time_limit_s - (time.perf_counter() - start)
-        if _gap(problem, best.objective, bound) > mip_gap and remaining > 0 and _cut_model_fits(problem):
-            # half the time proves (the bound settles in the first rounds), the rest searches
-            cuts = solve_with_cuts(
-                problem,
-                best.placement,
-                time_limit_s=remaining * EXACT_PROOF_SHARE,
-                mip_gap=mip_gap,
-                improve=_improver(problem),
-            )
-            bound = max(bound, cuts.bound)
-            if cuts.placement is not None:
-                best.offer(problem, cuts.placement, "scenario cut model")
-        seed = 1
-        while (
-            best.placement is not None
-            and problem.search_moves
-            and _gap(problem, best.objective, bound) > mip_gap
-        ):
-            if time.perf_counter() - start >= time_limit_s:
-                break
-            best.search_longer(problem, seed, deadline=start + time_limit_s)
-            seed += 1
-        outcome_status = outcome.status if cuts is None else cuts.status
+        if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
+            cuts = _cut_rounds(problem, best, deadline, mip_gap)
+            if cuts is not None:
+                bound = max(bound, cuts.bound)
+                outcome_status = cuts.status
+        _longer_searches(problem, best, bound, deadline, mip_gap)
         if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
             outcome_status = Status.TIME_LIMIT
-    elif _gap(problem, best.objective, bound) > mip_gap and _small(problem) and remaining > 0:
-        polish = _polish_with_full_model(problem, best.placement, remaining, mip_gap)
-        bound = max(bound, polish.bound)
-        if polish.status.has_solution:
-            best.offer(problem, polish.solution, "full MILP")
-        # a polish without a solution ran out of time
-        outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
-    else:
-        outcome_status = outcome.status
-    if best.placement is not None and cuts is None:
-        best.fill_ties(problem)
-        if problem.scenarios and problem.search_moves:
-            best.search(problem)
+    elif _gap(problem, best.objective, bound) > mip_gap and _small(problem):
+        polish = _polish(problem, best, deadline, mip_gap, replica.seconds_per_row)
+        if polish is not None:
+            bound = max(bound, polish.bound)
+            if polish.status.has_solution and best.offer(problem, polish.solution, "full MILP"):
+                _fill_and_search(best, problem, deadline)
+            # a polish without a solution ran out of time
+            outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     bound = _tidy_bound(bound, best.objective)
     status = _status(outcome_status, best.objective, bound, mip_gap, problem.constant_ms)
+    if status is Status.FEASIBLE and deadline.bound:
+        status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
     if best.placement is None:
         status = Status.NO_SOLUTION if status.has_solution else status
     report = {
@@ -182,19 +162,153 @@ def solve_milp(
         "replica_model_objective": outcome.objective + problem.constant_ms,
         "replica_model_status": outcome.solver_status,
         "replica_model_bound_from": bound_source,
-        "build_s": build_s,
+        "build_s": replica.build_s,
         "solver_s": outcome.runtime_s,
         "full_model_bound": None if polish is None else polish.bound,
         "cut_rounds": None if cuts is None else cuts.rounds.rounds,
         "cuts": None if cuts is None else cuts.rounds.cuts,
         "cut_model_bound": None if cuts is None else cuts.bound,
         "cut_model": _cut_model_note(problem, exact),
+        **deadline.report(),
     }
-    runtime = time.perf_counter() - start
     method = "exact" if exact else "milp"
     return SolveResult(
-        method, status, best.objective, bound, runtime, best.placement, report, problem.constant_ms
+        method, status, best.objective, bound, report["total_s"], best.placement, report, problem.constant_ms
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplicaSolve:
+    """The replica-count MILP's outcome, its replica counts (None without a solution), its
+    build time, and what building and handing over one row took (to foresee the full model's)."""
+
+    outcome: HighsOutcome
+    counts: np.ndarray | None
+    build_s: float
+    seconds_per_row: float
+
+
+def _solve_replica_model(
+    problem: ResidencyProblem, warm: SolveResult[Placement] | None, deadline: Deadline, mip_gap: float
+) -> _ReplicaSolve:
+    if deadline.expired():
+        deadline.skip("model_build and milp")
+        return _ReplicaSolve(_SKIPPED, None, 0.0, math.inf)
+    began = deadline.clock()
+    with deadline.phase("model_build"):
+        model = build_replica_model(problem)
+        if warm is not None:
+            set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
+    build_s = deadline.clock() - began
+    with deadline.phase("milp"):
+        outcome = solve_with_highs(model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline)
+        solved = outcome.status.has_solution and math.isfinite(outcome.objective)
+        counts = replica_counts(model, problem) if solved else None
+    if outcome.solver_status == NOT_STARTED:
+        deadline.note(f"milp: {NOT_STARTED}")
+    per_row = (build_s + outcome.handover_s) / max(model.nconstraints(), 1)
+    return _ReplicaSolve(outcome, counts, build_s, per_row)
+
+
+_SKIPPED = HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, 0.0, "not started: the time limit had passed")
+
+
+def _replica_bound(problem: ResidencyProblem, outcome: HighsOutcome, deadline: Deadline) -> tuple[float, str]:
+    """The replica model's bound (a lower bound of the full model, formulations/residency.md), or
+    its LP relaxation's when it stopped before its root bound and time is left."""
+    bound = outcome.bound + problem.constant_ms
+    if math.isfinite(bound):
+        return bound, "replica-count MILP"
+    if deadline.expired():
+        deadline.skip("lp_bound")
+        return bound, "none: the time limit passed before any bound was proven"
+    with deadline.phase("lp_bound"):
+        relaxed = _lp_relaxation(problem, deadline)
+    if relaxed.status is Status.OPTIMAL:
+        bound = relaxed.objective + problem.constant_ms
+        return bound, "LP relaxation (the MILP stopped before its root bound)"
+    return -math.inf, f"none: the LP relaxation ended {relaxed.status.value} too"
+
+
+def _fill_and_search(best: _Incumbent, problem: ResidencyProblem, deadline: Deadline) -> None:
+    """Ties toward flexibility (fill.py), then the scenario search (refine.py), while time is left."""
+    if best.placement is None:
+        return
+    steps = [("fill", best.fill_ties)]
+    if problem.scenarios and problem.search_moves:
+        steps.append(("search", lambda p: best.search(p, deadline)))
+    for name, step in steps:
+        if deadline.expired():
+            deadline.skip(name)
+            continue
+        with deadline.phase(name):
+            step(problem)
+
+
+def _cut_rounds(
+    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float
+) -> ExactOutcome | None:
+    """The exact scenario model's rounds on `EXACT_PROOF_SHARE` of the time left (the bound settles
+    in the first rounds; the rest searches); None when no time is left."""
+    if deadline.expired():
+        deadline.skip("cut_rounds")
+        return None
+    share = deadline.share(EXACT_PROOF_SHARE)
+    with deadline.phase("cut_rounds"):
+        cuts = solve_with_cuts(
+            problem, best.placement, deadline=share, mip_gap=mip_gap, improve=_improver(problem, share)
+        )
+    if cuts.placement is not None:
+        best.offer(problem, cuts.placement, "scenario cut model")
+    return cuts
+
+
+def _longer_searches(
+    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
+) -> None:
+    """`exact` spends what time the proof leaves on longer searches, a new seed each, while the
+    gap is open: they end on the deadline by design."""
+    if best.placement is None or not problem.search_moves:
+        return
+    seed = 1
+    with deadline.phase("longer_search"):
+        while _gap(problem, best.objective, bound) > mip_gap:
+            if deadline.expired():
+                deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
+                break
+            best.search_longer(problem, seed, deadline)
+            seed += 1
+
+
+def _polish(
+    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float, seconds_per_row: float
+) -> SolveResult[Placement] | None:
+    """The full model's polish when its build and hand-over, foreseen at the replica model's
+    pace per row, take at most `POLISH_BUILD_SHARE` of the time left (the pace varies on a busy
+    machine, and HiGHS needs the rest); None when skipped."""
+    if deadline.expired():
+        deadline.skip("polish")
+        return None
+    foreseen = _full_model_rows(problem) * seconds_per_row
+    if foreseen > POLISH_BUILD_SHARE * deadline.remaining():
+        deadline.note(
+            f"polish: skipped, building the full model takes about {foreseen:.2g} s of the"
+            f" {deadline.remaining():.2g} s left"
+        )
+        return None
+    with deadline.phase("polish"):
+        return _polish_with_full_model(problem, best.placement, deadline, mip_gap)
+
+
+def _full_model_rows(problem: ResidencyProblem) -> int:
+    """Constraints of `build_full_model` (the polish's size, for foreseeing its build time)."""
+    L, E, C, S = problem.layers, problem.experts, problem.chiplets, problem.scenarios
+    # any_copy and on_replica (y_on_replica with scenarios), resident, replicas, capacity, budget, quotas
+    common = 2 * L * E * C + 2 * L * E + C + 1 + len(problem.tenants)
+    if not S:
+        return common + L * E + L * C  # split, makespan
+    busy = int((problem.scenario_work_ms.max(axis=3) > 0).sum())  # (l, s, e) with work
+    return common + busy * (C + 1) + L * S * C + L * E  # split, on_replica, makespan, nearest
 
 
 class _Incumbent:
@@ -209,10 +323,10 @@ class _Incumbent:
             return cls(None, math.inf, "none", {})
         return cls(result.solution, result.objective, f"warm start ({result.method})", result.report)
 
-    def offer(self, problem: ResidencyProblem, placement: Placement, source: str) -> None:
-        """Keep `placement` if it is feasible and better."""
+    def offer(self, problem: ResidencyProblem, placement: Placement, source: str) -> bool:
+        """Keep `placement` if it is feasible and better; whether it was kept."""
         if check_feasible(problem, placement):
-            return
+            return False
         scored = score(problem, placement)
         if scored.total < self.objective:
             self.placement, self.objective, self.source, self.terms = (
@@ -221,6 +335,8 @@ class _Incumbent:
                 source,
                 scored.to_dict(),
             )
+            return True
+        return False
 
     def fill_ties(self, problem: ResidencyProblem) -> None:
         """Spare pages take flexible replicas when the objective stays the same (fill.py)."""
@@ -233,7 +349,7 @@ class _Incumbent:
             self.placement, self.objective = filled, scored.total
             self.terms = {**scored.to_dict(), "spare_replicas": spare}
 
-    def search(self, problem: ResidencyProblem) -> None:
+    def search(self, problem: ResidencyProblem, deadline: Deadline) -> None:
         """Local search on the scenarios from the best placement so far, or the previous one if better."""
         start, start_objective = self.placement, self.objective
         previous = problem.previous
@@ -241,11 +357,11 @@ class _Incumbent:
             kept = score(problem, previous).total
             if kept < start_objective:
                 start = previous
-        found = refine(problem, start)
+        found = refine(problem, start, deadline=deadline)
         before = self.source
         self.offer(problem, found, f"{before} + scenario search")
 
-    def search_longer(self, problem: ResidencyProblem, seed: int, deadline: float) -> None:
+    def search_longer(self, problem: ResidencyProblem, seed: int, deadline: Deadline) -> None:
         """One more search of `EXACT_SEARCH_FACTOR` times the moves from the best so far, with its
         own seed (`exact` spends what time the proof leaves on the incumbent)."""
         longer = dataclasses.replace(problem, search_moves=problem.search_moves * EXACT_SEARCH_FACTOR)
@@ -260,10 +376,10 @@ EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut mode
 EXACT_SEARCH_FACTOR = (
     10  # ... then longer searches of this many times policy.search_moves, while time is left
 )
-LP_BOUND_TIME_S = 10.0  # the LP relaxation behind a MILP stopped before its root bound (ms usually)
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
 POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
+POLISH_BUILD_SHARE = 0.5  # ... run only when its foreseen build takes at most this share of the time left
 
 
 CUT_MODEL_BINARIES = 131072  # above this many x[l,e,c], `exact` searches instead of building the cut model
@@ -290,34 +406,43 @@ def _small(problem: ResidencyProblem) -> bool:
 
 
 def _polish_with_full_model(
-    problem: ResidencyProblem, start: Placement | None, time_limit_s: float, mip_gap: float
+    problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float
 ) -> SolveResult[Placement]:
     """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
     # with scenarios the full model rarely closes (its LP bound is the mean load's); a node limit,
     # not the clock, ends it, so that `milp` gives the same placement on any machine
     nodes = {"mip_max_nodes": POLISH_NODES} if problem.scenarios else None
-    return _solve_full_model(problem, start, time_limit_s=time_limit_s, mip_gap=mip_gap / 2, options=nodes)
+    return _solve_full_model(problem, start, deadline=deadline, mip_gap=mip_gap / 2, options=nodes)
 
 
 def _solve_full_model(
     problem: ResidencyProblem,
     start: Placement | None,
     *,
-    time_limit_s: float | None,
+    deadline: Deadline,
     mip_gap: float,
     options: dict | None = None,
 ) -> SolveResult[Placement]:
-    """Solve `build_full_model` (exact, scenarios included); objective and bound with the constant."""
+    """Solve `build_full_model` (exact, scenarios included); objective and bound with the constant.
+    The build counts against the deadline; HiGHS gets what remains after the hand-over."""
     t0 = time.perf_counter()
     model = build_full_model(problem)
     if start is not None:
         set_full_start(model, problem, start.resident)
+    build_s = time.perf_counter() - t0
     outcome = solve_with_highs(
-        model, time_limit_s=time_limit_s, mip_gap=mip_gap, warm_start=start is not None, options=options
+        model, mip_gap=mip_gap, warm_start=start is not None, options=options, deadline=deadline
     )
+    if outcome.solver_status == NOT_STARTED:
+        deadline.note(f"full model: {NOT_STARTED}")
     constant = problem.constant_ms
     bound = outcome.bound + constant
-    report = {"solver_objective": outcome.objective + constant, "solver_status": outcome.solver_status}
+    report = {
+        "solver_objective": outcome.objective + constant,
+        "solver_status": outcome.solver_status,
+        "build_s": build_s,
+        "solver_s": outcome.runtime_s,
+    }
     placement = Placement(full_model_placement(model, problem)) if outcome.status.has_solution else None
     if placement is None or check_feasible(problem, placement):
         status = Status.NO_SOLUTION if outcome.status.has_solution else outcome.status
@@ -337,17 +462,25 @@ def _solve_full_model(
     )
 
 
-def _improver(problem: ResidencyProblem):
+def _improver(problem: ResidencyProblem, deadline: Deadline):
     """The local search on the scenarios, as the cut model's per-round improvement (or None)."""
     if not problem.search_moves:
         return None
-    return lambda placement: refine(problem, placement)
+    return lambda placement: refine(problem, placement, deadline=deadline)
 
 
-def _feasible_heuristics(problem: ResidencyProblem) -> list[SolveResult[Placement]]:
-    """Every heuristic whose placement satisfies the problem: a warm start that fails is skipped."""
-    results = (solve_heuristic(problem, name) for name in HEURISTICS)
-    return [r for r in results if r.status.has_solution]
+def _feasible_heuristics(problem: ResidencyProblem, deadline: Deadline) -> list[SolveResult[Placement]]:
+    """Every heuristic whose placement satisfies the problem (a warm start that fails is skipped),
+    until the deadline passes once one has a placement."""
+    found: list[SolveResult[Placement]] = []
+    for k, name in enumerate(HEURISTICS):
+        if found and deadline.expired():
+            deadline.note(f"warm start: stopped by the time limit after {k} of {len(HEURISTICS)} heuristics")
+            break
+        result = _heuristic(problem, name)
+        if result.status.has_solution:
+            found.append(result)
+    return found
 
 
 def _gap(problem: ResidencyProblem, objective: float, bound: float) -> float:
@@ -370,24 +503,48 @@ def _status(solver: Status, objective: float, bound: float, mip_gap: float, cons
     return Status.TIME_LIMIT if solver == Status.TIME_LIMIT else Status.FEASIBLE
 
 
-def solve_full(problem: ResidencyProblem, *, time_limit_s: float, mip_gap: float) -> SolveResult[Placement]:
+def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> SolveResult[Placement]:
     """The plain x[l,e,c] model (exact, balance scenarios included); for small instances."""
-    return _solve_full_model(problem, None, time_limit_s=time_limit_s, mip_gap=mip_gap)
+    if deadline.expired():
+        deadline.skip("full_model")
+        report = deadline.report()
+        return SolveResult("full", Status.TIME_LIMIT, math.inf, -math.inf, report["total_s"], None, report,
+                           problem.constant_ms)  # fmt: skip
+    with deadline.phase("full_model"):
+        result = _solve_full_model(problem, None, deadline=deadline, mip_gap=mip_gap)
+    report = {**result.report, **deadline.report()}
+    return dataclasses.replace(result, runtime_s=report["total_s"], report=report)
 
 
-def solve_lp(problem: ResidencyProblem, time_limit_s: float | None = None) -> SolveResult[Placement]:
-    start = time.perf_counter()
-    model = build_replica_model(problem)
-    pyo.TransformationFactory("core.relax_integer_vars").apply_to(model)
-    outcome = solve_with_highs(model, time_limit_s=time_limit_s)
+def solve_lp(problem: ResidencyProblem, deadline: Deadline | None = None) -> SolveResult[Placement]:
+    """The LP relaxation of the replica-count model: its value is a bound only when solved to
+    optimality (an LP stopped on time proves nothing)."""
+    deadline = Deadline(math.inf) if deadline is None else deadline
+    with deadline.phase("lp"):
+        outcome = _lp_relaxation(problem, deadline)
     value = outcome.objective + problem.constant_ms
+    solved = outcome.status is Status.OPTIMAL
+    report = {
+        "relaxation": "LP of the replica-count model",
+        "solver_status": outcome.solver_status,
+        **deadline.report(),
+    }
     return SolveResult(
         "lp",
         outcome.status,
-        value,
-        value,
-        time.perf_counter() - start,
+        value if solved else math.inf,
+        value if solved else -math.inf,
+        report["total_s"],
         None,
-        {"relaxation": "LP of the replica-count model", "solver_status": outcome.solver_status},
+        report,
         problem.constant_ms,
     )
+
+
+def _lp_relaxation(problem: ResidencyProblem, deadline: Deadline) -> HighsOutcome:
+    if deadline.expired():
+        deadline.skip("lp")
+        return _SKIPPED
+    model = build_replica_model(problem)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(model)
+    return solve_with_highs(model, deadline=deadline)
