@@ -11,6 +11,7 @@ drive a solve through its phases with a fake clock instead of waiting.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -73,7 +74,7 @@ class Deadline:
     def report(self) -> dict:
         """The report fields every solve carries: limit, total, phase times, what the limit stopped."""
         return {
-            "time_limit_s": self.limit_s,
+            "time_limit_s": self.limit_s if math.isfinite(self.limit_s) else None,  # JSON has no inf
             "total_s": self.elapsed(),
             "phases": self.phases,
             "stopped_by_time_limit": self.notes,
