@@ -39,6 +39,7 @@ class Costs:
     token_link_ms: float  # one token activation over the die-to-die link
     copy_intra_ms: float  # copy_topology = "devices": one page from a device of the same node
     copy_inter_ms: float  # ... from another node or host memory
+    replan_copy_ms: float  # one re-plan copy as the slow loop prices it (`replan_copy_ms`)
     capacity_pages: np.ndarray  # resident-page slots of each device
     buffer_pages: np.ndarray  # prefetch-buffer pages of each device
 
@@ -68,6 +69,7 @@ class Costs:
             token_link_ms=np.float64(model.token_bytes) / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3,
             copy_intra_ms=page_gb / hw.copy_intra_node_gb_s * 1e3,
             copy_inter_ms=page_gb / hw.copy_inter_node_gb_s * 1e3,
+            replan_copy_ms=replan_copy_ms(hw, page_gb),
             capacity_pages=pages(hw.capacity_gb, page_gb),
             buffer_pages=pages(hw.prefetch_buffer_gb, page_gb),
         )
@@ -99,6 +101,17 @@ class Costs:
                     f"hardware.{key} / model.page_gb",
                     f"gives {int(value.max()):,} pages per device, more than {MAX_PAGES:,}",
                 )
+
+
+def replan_copy_ms(hw: Any, page_gb: float) -> float:
+    """What one re-plan copy costs, on the link the evaluator moves it over: the shared die-to-die
+    link (`copy_topology = "chiplet"`), or the receiving device's own link (`"devices"`): the
+    intra-node rate when every device is in one node, else the inter-node rate, the slower link a
+    copy may need (the slow loop prices every copy alike; the evaluator picks per copy)."""
+    if hw.copy_topology != "devices":
+        return float(page_gb / hw.d2d_bandwidth_gb_s * 1e3)
+    rate = hw.copy_intra_node_gb_s if hw.nodes == 1 else hw.copy_inter_node_gb_s
+    return float(page_gb / rate * 1e3)
 
 
 def pages(gb: Any, page_gb: float) -> np.ndarray:

@@ -122,13 +122,13 @@ class _DeviceLinks:
 
     @classmethod
     def of(cls, instance: Instance) -> _DeviceLinks:
-        hw, page_gb = instance.hardware, instance.model.page_gb
+        hw, costs = instance.hardware, instance.costs
         per_node = hw.chiplets // hw.nodes
         return cls(
             free=np.zeros(hw.chiplets),
             node=np.arange(hw.chiplets) // per_node,
-            intra_ms=page_gb / hw.copy_intra_node_gb_s * 1e3,
-            inter_ms=page_gb / hw.copy_inter_node_gb_s * 1e3,
+            intra_ms=costs.copy_intra_ms,
+            inter_ms=costs.copy_inter_ms,
         )
 
 
@@ -148,19 +148,16 @@ class _Runtime:
         self, instance: Instance, batches: MicroBatches, strategy: Strategy, failure_rate: float, seed: int
     ):
         self.instance, self.batches, self.strategy = instance, batches, strategy
-        model, hw, rt = instance.model, instance.hardware, instance.runtime
+        hw, rt = instance.hardware, instance.runtime
         self.L, self.E, self.C = batches.layers, batches.num_experts, hw.chiplets
-        self.page_ms = model.page_gb / hw.d2d_bandwidth_gb_s * 1e3
-        self.speeds = ChipletSpeeds(
-            read_ms=model.page_gb / np.asarray(hw.local_bandwidth_gb_s) * 1e3,
-            flop_ms=model.gflop_per_token / (np.asarray(hw.peak_tflops) * 1e3) * 1e3,
-            hop_ms=np.asarray(hw.nop_hops, float) * hw.hop_latency_ns * 1e-6,
-        )
-        self.token_ms = model.token_bytes / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3  # one token over the link
+        costs = instance.costs
+        self.page_ms = costs.page_load_ms
+        self.speeds = ChipletSpeeds(read_ms=costs.read_ms, flop_ms=costs.flop_ms, hop_ms=costs.hop_ms)
+        self.token_ms = costs.token_link_ms  # one token over the link
         self.fixed_ms = rt.attention_ms + rt.route_ms
         self.derate = rt.d2d_concurrency_derate
         self.credits = rt.prefetch_credit_pages if strategy.credits else None
-        buffer_pages = instance.pages(hw.prefetch_buffer_gb)
+        buffer_pages = costs.buffer_pages
         self.buffers = _Buffers(
             buffer_pages if strategy.prefetch != "none" else np.zeros(self.C, int), self.L, self.E
         )

@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from comoe_opt.errors import InputError
-from comoe_opt.instance import Instance, ModelShape
+from comoe_opt.instance import Instance
 
 TICK_S = 1e-9  # default time quantum: 1 ns
 NEVER = -1  # `ready` value of a chiplet that cannot serve the expert
@@ -104,14 +104,6 @@ class MappingProblem:
         return np.bincount(self.experts.ravel(), minlength=self.costs.experts)
 
 
-def token_time_s(model: ModelShape, peak_tflops: float) -> float:
-    """Seconds to run one token through one expert at `peak_tflops`."""
-    gflop = getattr(model, "gflop_per_token", None)  # newer instance files may give it
-    if gflop is None:
-        gflop = 2.0 * model.page_gb / model.bytes_per_element  # 2 FLOP per weight
-    return gflop * 1e9 / (peak_tflops * 1e12)
-
-
 def layer_costs(
     instance: Instance,
     resident: np.ndarray,
@@ -127,7 +119,7 @@ def layer_costs(
     usable. An expert with no resident replica may be loaded on demand to
     any chiplet, taking `page_gb / d2d_bandwidth_gb_s`.
     """
-    hw, model = instance.hardware, instance.model
+    hw = instance.hardware
     resident = np.asarray(resident, dtype=bool)
     if resident.ndim != 2 or resident.shape[1] != hw.chiplets:
         raise InputError(None, "resident", f"must be [experts, {hw.chiplets}], got {resident.shape}")
@@ -143,13 +135,14 @@ def layer_costs(
         or not np.isfinite(backlog).all()
     ):
         raise InputError(None, "arrival_s/backlog_s", "must be non-negative (arrival may be inf)")
-    load_s = model.page_gb / hw.d2d_bandwidth_gb_s
+    costs = instance.costs
+    load_s = costs.page_load_ms * 1e-3
     # a page still arriving (prefetch, or a replica still being copied) is usable when it lands
     ready_s = np.where(np.isfinite(arrival), arrival, np.where(resident, 0.0, np.inf))
     missing = ~resident.any(axis=1)
     ready_s[missing] = np.minimum(arrival[missing], load_s)  # no replica: load on demand anywhere
-    nop_s = np.asarray(hw.nop_hops, float) * hw.hop_latency_ns * 1e-9
-    tau_s = np.array([token_time_s(model, p) for p in hw.peak_tflops])
+    nop_s = costs.hop_ms * 1e-3
+    tau_s = np.broadcast_to(costs.flop_ms * 1e-3, (chiplets,))
     return LayerCosts(
         ready=np.where(np.isfinite(ready_s), _ceil_ticks(ready_s, tick_s), NEVER),
         start=_round_ticks(backlog + nop_s, tick_s),

@@ -50,6 +50,7 @@ class ResidencyProblem:
     search_moves: int = 0  # local-search moves per layer on the scenarios (refine.py)
     expert_groups: int = 1  # model's expert groups (EPLB's hierarchical mode, eplb.py)
     nodes: int = 1  # nodes the chiplets (devices) form (EPLB's hierarchical mode)
+    load_counts: np.ndarray | None = None  # [L, E] the unscaled selections `tokens` comes from (EPLB's)
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -135,7 +136,7 @@ def check_feasibility(problem: ResidencyProblem) -> None:
 
 def load_ms(instance: Instance) -> float:
     """Time to load one page over the effective die-to-die bandwidth, ms."""
-    return instance.model.page_gb / instance.hardware.d2d_bandwidth_gb_s * 1e3
+    return instance.costs.page_load_ms
 
 
 def residency_problem(
@@ -172,7 +173,7 @@ def residency_problem(
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
     # the first placement is the initial load, not a migration: copies cost only against a previous one
     migrating = "migration" in terms and previous is not None
-    copy = load_ms(instance) * policy.migration_weight if migrating else 0.0
+    copy = instance.costs.replan_copy_ms * policy.migration_weight if migrating else 0.0
     nop = _nop_ms_per_token(instance) if "nop" in terms else np.zeros(hw.chiplets)
     if "balance" not in terms:
         work = np.zeros_like(work)
@@ -196,6 +197,7 @@ def residency_problem(
         search_moves=policy.search_moves,
         expert_groups=model.expert_groups,
         nodes=hw.nodes,
+        load_counts=demand.load_counts,
     )
 
 
@@ -223,10 +225,7 @@ def _work_rates(instance: Instance, demand: WindowDemand) -> tuple[np.ndarray, n
     proportional to tokens instead, `λ · τ`, with τ chosen so that the total
     is the same and the two settings have the same scale.
     """
-    model, hw = instance.model, instance.hardware
-    read_ms = model.page_gb / np.asarray(hw.local_bandwidth_gb_s, dtype=np.float64) * 1e3
-    flop_ms = model.gflop_per_token / (np.asarray(hw.peak_tflops, dtype=np.float64) * 1e3) * 1e3
-    read_ms, flop_ms = np.broadcast_arrays(read_ms, flop_ms)
+    read_ms, flop_ms = np.broadcast_arrays(instance.costs.read_ms, instance.costs.flop_ms)
     if instance.policy.balance != "tokens":
         return read_ms, flop_ms
     total = demand.used.sum() * read_ms + demand.tokens.sum() * flop_ms
@@ -241,6 +240,4 @@ def _nop_ms_per_token(instance: Instance) -> np.ndarray:
     Hop latency is paid once per dispatch, in parallel for all tokens, so it
     does not depend on the placement and is left to the latency model.
     """
-    hw = instance.hardware
-    per_hop_ms = instance.model.token_bytes / (hw.d2d_bandwidth_gb_s * 1e9) * 1e3
-    return 2.0 * np.asarray(hw.nop_hops, dtype=np.float64) * per_hop_ms
+    return instance.costs.nop_ms_per_token
