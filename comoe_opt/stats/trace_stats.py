@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize_scalar
 
 from comoe_opt.stats.transitions import transition_counts
 from comoe_opt.trace.model import AggregateTrace, Trace, selection_counts
@@ -46,6 +45,9 @@ def fit_zipf_alpha(counts: np.ndarray, max_alpha: float = 10.0) -> float:
     def negative_log_likelihood(alpha: float) -> float:
         log_norm = np.log(np.exp(-alpha * log_rank).sum())
         return alpha * weighted + total * log_norm
+
+    # imported here: only the Zipf fit needs SciPy, and most verbs never fit
+    from scipy.optimize import minimize_scalar
 
     result = minimize_scalar(
         negative_log_likelihood, bounds=(0.0, max_alpha), method="bounded", options={"xatol": 1e-6}
