@@ -153,3 +153,10 @@ def test_torch_bool_and_complex_are_refused():
 def _one_line_value_error(exc: BaseException) -> None:
     assert isinstance(exc, ValueError) and isinstance(exc, ComoeError)
     assert "\n" not in str(exc) and len(str(exc)) < 200
+
+
+def test_load_limit_is_the_count_files_limit():
+    from comoe_opt.formats.counts import MAX_COUNT
+    from comoe_opt.residency.ep_balance import MAX_LOAD
+
+    assert MAX_LOAD == MAX_COUNT

@@ -36,7 +36,7 @@ SGLANG_KEY = "physical_to_logical_map"
 
 
 def device_slots(
-    placement: Placement, load: np.ndarray | None = None, *, engine: str = "the engine"
+    placement: Placement, load: np.ndarray | None = None, *, engine: str = "the engine", repeats: bool = False
 ) -> np.ndarray:
     """Physical slots per device: int array [layers, devices, S] of logical expert ids.
 
@@ -46,7 +46,9 @@ def device_slots(
     replicas of experts of that layer it does not hold yet: with `load`
     ([layers, experts]), the expert with the largest load per replica
     (counting the padding already added in that layer), ties to the lowest
-    id; without it, the lowest id. A device never holds one expert twice.
+    id; without it, the lowest id. A device never holds one expert twice,
+    except with `repeats` (the engine accepts it) when the placement carries
+    the map its method planned (`Placement.slot_map`, EPLB's): that map as is.
     Raises `InputError` if a logical expert has no replica: serving engines
     need every expert resident somewhere.
     """
@@ -63,6 +65,8 @@ def device_slots(
             f"one device ({len(missing)} expert(s) missing in total)",
         )
     weights = _check_load(load, layers, experts)
+    if repeats and placement.slot_map is not None:
+        return placement.slot_map.copy()
     per_device = resident.sum(axis=1)  # [layers, devices]
     slots = int(per_device.max())
     out = np.empty((layers, devices, slots), dtype=np.int64)
@@ -100,10 +104,11 @@ def _check_load(load: np.ndarray | None, layers: int, experts: int) -> np.ndarra
     return arr
 
 
-def redundant_experts(placement: Placement) -> int:
+def redundant_experts(placement: Placement, *, repeats: bool = False) -> int:
     """Physical slots per layer beyond the logical experts, as the engines count them: every
-    device gets the largest per-device replica count (`device_slots`)."""
-    slots = int(placement.resident.sum(axis=1).max())
+    device gets the largest per-device replica count, or the planned map's slots (`device_slots`)."""
+    planned = placement.slot_map if repeats else None
+    slots = int(placement.resident.sum(axis=1).max()) if planned is None else planned.shape[2]
     return placement.chiplets * slots - placement.experts
 
 
@@ -156,7 +161,7 @@ def export_placement(
 def launch_flags(engine: str, path: Path, placement: Placement) -> str:
     """The launch options that make the engine load the written map (checked against SGLang 0.5.23
     and vLLM-Ascend at 182b75ea84; docs/placement-format.md)."""
-    return engine_format(engine).flags(path, redundant_experts(placement))
+    return engine_format(engine).flags(path, redundant_experts(placement, repeats=engine == "sglang"))
 
 
 def _sglang_flags(path: Path, extra: int) -> str:
@@ -194,7 +199,7 @@ def write_sglang(
         raise InputError(
             path, None, "SGLang reads --init-expert-location as a file only when its name ends in '.json'"
         )
-    slots = with_source(path, lambda: device_slots(placement, load, engine="SGLang"))
+    slots = with_source(path, lambda: device_slots(placement, load, engine="SGLang", repeats=True))
     rows = slots.reshape(placement.layers, -1)  # device d owns slots d*S .. d*S+S-1
     model_rows, total = _sglang_model_layers(placement.layers, layer_ids, num_model_layers)
     physical = rows.shape[1]

@@ -30,7 +30,6 @@ from typing import Any, Literal
 import numpy as np
 
 from comoe_opt.errors import ComoeError, first_line
-from comoe_opt.formats.counts import MAX_COUNT
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
 from comoe_opt.residency.eplb import _check_shape
 from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
@@ -39,6 +38,7 @@ METHODS = ("comoe", "eplb")
 MAX_HISTORY_STEPS = 64  # steps scored per layer (spread evenly): the search's cost grows with them
 MOVES_PER_LAYER = 4000
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
+MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; residency cannot import formats)
 
 
 class ArgumentError(ComoeError, ValueError):
@@ -221,7 +221,7 @@ def _check_sizes(shape: tuple[int, ...], replicas: int, groups: int, nodes: int,
 
 def _loads(value: Any, name: str) -> np.ndarray:
     """Loads as float64, from numpy or torch of any real dtype (bf16 and fp16 widen exactly);
-    each finite, non-negative and at most `MAX_COUNT`."""
+    each finite, non-negative and at most `MAX_LOAD`."""
     if _is_torch(value):
         value = _torch_numpy(value, name)
     try:
@@ -231,11 +231,11 @@ def _loads(value: Any, name: str) -> np.ndarray:
     if array.dtype.kind not in "iuf":
         raise ArgumentError(f"{name} must hold real numbers, got dtype {array.dtype}")
     array = array.astype(np.float64)
-    bad = ~np.isfinite(array) | (array < 0) | (array > MAX_COUNT)
+    bad = ~np.isfinite(array) | (array < 0) | (array > MAX_LOAD)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         index = "".join(f"[{i}]" for i in where)
-        problem = f"must be finite, non-negative and at most {MAX_COUNT:g}"
+        problem = f"must be finite, non-negative and at most {MAX_LOAD:g}"
         raise ArgumentError(f"{name}{index} {problem}, got {float(array[where])!r}")
     return array
 

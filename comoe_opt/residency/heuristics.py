@@ -17,9 +17,13 @@
   every expert gets one replica, each further slot the largest load per
   replica; replicas are packed heaviest first onto the lightest device with a
   free slot. As upstream, two copies of one expert may share a device (the
-  second is then a wasted slot). Where upstream's requirements do not hold —
-  fewer slots than experts, a replica limit below the devices, leases or
-  quotas, which upstream does not know — it plans as `eplb-distinct`.
+  second is then a wasted slot; the placement keeps EPLB's slot map, which
+  SGLang's export writes as planned). It plans on the window's unscaled load
+  counts, as an engine would pass them, so that it is
+  `comoe_opt.rebalance_experts(counts, ..., method="eplb")` on the same slots.
+  Where upstream's requirements do not hold — fewer slots than experts, a
+  replica limit below the devices, leases or quotas, which upstream does not
+  know — it plans as `eplb-distinct`.
 * `eplb-distinct` — the same replicate-then-pack, but a device never holds
   two copies of one expert, and leased replicas stay where they are.
 * `greedy` — transition-aware marginal greedy on the objective: a page goes
@@ -87,18 +91,28 @@ def _hot(problem: ResidencyProblem, evict: bool) -> Placement:
 
 def eplb(problem: ResidencyProblem) -> Placement:
     """Upstream EPLB per layer on the same slots per device (`eplb_slots`), or `eplb_distinct`
-    where upstream's requirements do not hold."""
+    where upstream's requirements do not hold.
+
+    The same map as the drop-in `rebalance_experts(counts, slots, groups, nodes, devices,
+    method="eplb")` on the window's summed counts (`problem.load_counts`; λ where there are
+    none), kept as `slot_map`. Legitimately different: with leases, tenant quotas, fewer slots
+    than experts or a replica limit below the devices (`eplb_distinct`, which upstream has no
+    counterpart of), and in the residency objective, where a second slot of an expert on one
+    device is no second page."""
     per_layer = eplb_slots(problem)
     if per_layer is None:
         return eplb_distinct(problem)
     groups, nodes = problem.expert_groups, problem.nodes
     if problem.experts % groups or groups % nodes:
         groups = nodes = 1  # upstream's global policy
-    phy2log, _, _ = rebalance_experts(problem.tokens, per_layer, groups, nodes, problem.chiplets)
+    # the unscaled counts, as an engine passes them: λ rounds differently in EPLB's float32
+    weight = problem.tokens if problem.load_counts is None else problem.load_counts
+    phy2log, _, _ = rebalance_experts(weight, per_layer, groups, nodes, problem.chiplets)
     device = np.arange(per_layer) // (per_layer // problem.chiplets)
     resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
     resident[np.arange(problem.layers)[:, None], phy2log, device[None, :]] = True
-    return Placement(resident)
+    # the map as planned: two slots of one expert on a device are one page here, two in the map
+    return Placement(resident, slot_map=phy2log.reshape(problem.layers, problem.chiplets, -1))
 
 
 def eplb_slots(problem: ResidencyProblem) -> int | None:

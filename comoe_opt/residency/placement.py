@@ -4,6 +4,12 @@
 logical expert `(l, e)`. At most one copy per chiplet is structural (a
 boolean cannot be 2). A logical expert with no replica is served by
 on-demand loading.
+
+`Placement.slot_map[l, c]` (optional) lists the experts in chiplet `c`'s
+physical slots when the method planned the engine's slot map itself: DeepSeek's
+EPLB may give one device two slots of one expert (one page in `resident`, the
+second slot wasted), and an engine that accepts that (SGLang) is given the map
+as planned (formats/engines.py).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from comoe_opt.errors import InputError
 @dataclass(frozen=True, eq=False)
 class Placement:
     resident: np.ndarray  # [layers, experts, chiplets] bool
+    slot_map: np.ndarray | None = None  # [layers, chiplets, slots] int: the planned engine map
 
     def __post_init__(self) -> None:
         r = self.resident
@@ -30,6 +37,8 @@ class Placement:
         if r.dtype != np.bool_:
             object.__setattr__(self, "resident", r.astype(bool))
         self.resident.flags.writeable = False
+        if self.slot_map is not None:
+            object.__setattr__(self, "slot_map", _checked_slot_map(self.slot_map, self.resident))
 
     @classmethod
     def empty(cls, layers: int, experts: int, chiplets: int) -> Placement:
@@ -76,3 +85,21 @@ class Placement:
         if previous is None:
             return self.pages
         return int((self.resident & ~previous.resident).sum())
+
+
+def _checked_slot_map(slot_map: np.ndarray, resident: np.ndarray) -> np.ndarray:
+    """A read-only int64 copy of `slot_map`, which must hold on each chiplet exactly the experts
+    `resident` places there."""
+    layers, experts, chiplets = resident.shape
+    slots = np.array(slot_map, dtype=np.int64)
+    if slots.ndim != 3 or slots.shape[:2] != (layers, chiplets) or slots.shape[2] == 0:
+        problem = f"must be [{layers}, {chiplets}, slots], got shape {slots.shape}"
+        raise InputError(None, "placement.slot_map", problem)
+    if slots.min() < 0 or slots.max() >= experts:
+        raise InputError(None, "placement.slot_map", f"expert ids must be in 0..{experts - 1}")
+    held = np.zeros_like(resident)
+    held[np.arange(layers)[:, None, None], slots, np.arange(chiplets)[None, :, None]] = True
+    if not np.array_equal(held, resident):
+        raise InputError(None, "placement.slot_map", "does not hold the experts resident on each chiplet")
+    slots.flags.writeable = False
+    return slots

@@ -9,7 +9,11 @@ Per logical expert (l, e), over the micro-batches of a window:
   would already have asked for the page (see `comoe_opt.stats.prefetch`);
 * `scenario_tokens[s, l, e]` — with `policy.balance_scenarios > 0`, the
   selections of (l, e) in each of S micro-batches sampled evenly from the
-  window: the balance scenarios (see `comoe_opt.residency.scenarios`).
+  window: the balance scenarios (see `comoe_opt.residency.scenarios`);
+* `load_counts[l, e]` — the selections λ was computed from, unscaled (summed
+  over the window's micro-batches or a dump's steps): what an engine gives
+  EPLB, so `eplb` plans on them (λ rounds differently in float32, which
+  EPLB computes in, and can break its ties otherwise).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class WindowDemand:
     batches: int  # micro-batches the statistics come from
     peak_tokens: np.ndarray | None = None  # [L, E] most selections in one micro-batch (default λ)
     scenario_tokens: np.ndarray | None = None  # [S, L, E] selections in sampled micro-batches
+    load_counts: np.ndarray | None = None  # [L, E] unscaled selections λ comes from (EPLB's weight)
 
     @property
     def peak(self) -> np.ndarray:
@@ -93,6 +98,7 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
         n,
         per_batch.max(axis=0).astype(np.float64),
         None if scenarios is None else scenarios.astype(np.float64),
+        counts.astype(np.float64),
     )
 
 
@@ -112,7 +118,7 @@ def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) ->
     if np.any(totals <= 0):
         raise InputError(None, "logical_count", "every layer needs a positive total count")
     tokens = counts / totals * (tokens_per_batch * top_k)
-    return WindowDemand(tokens, 1.0 - np.exp(-tokens), np.zeros_like(tokens), 0)
+    return WindowDemand(tokens, 1.0 - np.exp(-tokens), np.zeros_like(tokens), 0, load_counts=counts)
 
 
 def demand_from_step_counts(
@@ -138,4 +144,5 @@ def demand_from_step_counts(
         scaled.shape[0],
         scaled.max(axis=0),
         chosen,
+        steps.sum(axis=0),
     )
