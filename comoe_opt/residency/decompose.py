@@ -1,0 +1,674 @@
+"""Bounds that see integrality: the hop-class model and its Lagrangian over layers.
+
+With balance scenarios the window objective is
+
+    W · Σ_l ( (1/S) Σ_s z*_ls + NoP_l + misses_l ) + κ · copies
+
+with z*_ls the best-routing makespan of scenario s on layer l, the largest
+cut ratio over chiplet sets D (scenarios.py). The cut model (cuts.py) states
+it over x[l,e,c]; its LP relaxation spreads fractional replicas over every
+chiplet, which makes every confinement u_leD and every nearest-replica NoP
+small: its root bound is the even split with the least NoP.
+
+Chiplets of one **class** (same speed, same NoP; `device_classes`) are
+interchangeable, so the class model forgets which chiplet of a class holds
+a replica and keeps only:
+
+* the **type** T of each resident (l, e): the set of classes its replicas
+  lie in (binary t[l,e,T], Σ_T t = resident). Its NoP is exact,
+  `λ_le · min_{k ∈ T} n_k`, and it is confined to every union of classes D
+  that contains T, so the cut of D is exact and linear in t:
+  `V_D · z_ls ≥ Σ_e ω_lse Σ_{T ⊆ D} t_leT` — no big-M, no fractional spread;
+* replicas per class m[l,e,k] ∈ [1, min(n_k, R)] when k ∈ T (0 else), for
+  pages per class, copies per class (`m − previous replicas in k`), leases
+  and quotas;
+* the replica count j (binary b[l,e,j]) for the count cut
+  `z_ls ≥ ω_lse / (j · v_max)` of the replica-count model.
+
+Every placement maps to a point of this model with the same misses and NoP,
+no more copies, and makespans that satisfy every cut (they are cuts of the
+exact model for unions of classes, and count cuts), so its optimum bounds the
+window objective from below. Classes must hold every page together
+(Σ_{l,e} m[l,e,k] ≤ Σ_{c ∈ k} M_c); the per-chiplet split within a class is
+what it leaves out (the bin packing of rigid experts inside a class).
+
+Two ways to solve it:
+
+* **joint** — one MILP over all layers (`class_bound`);
+* **Lagrangian** (`lagrangian_bound`) — the pages per class, the budget and the
+  quotas are the only constraints across layers; priced by μ_k, ν, ρ_t ≥ 0
+  every layer is its own small MILP, and for any prices
+
+      L(μ, ν, ρ) = Σ_l layer_opt_l(μ, ν, ρ) − Σ_k μ_k M_k − ν B − Σ_t ρ_t Q_t
+
+  is a lower bound (a layer not solved to optimality contributes its proven
+  dual bound). The prices are tuned by a projected subgradient.
+
+`decompose` runs both, builds a placement from the joint model's classes and
+counts (chiplets by least load within each class, then the local search of
+refine.py), and returns the bound, per-layer bounds, multipliers, the
+placement and the time per phase. See formulations/residency.md, "Layer
+decomposition bound".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.highs import INF, DirectModel
+from comoe_opt.residency.objective import check_feasible, score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.refine import refine
+from comoe_opt.residency.scenarios import related_speeds
+from comoe_opt.results import Status
+
+MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them
+
+
+@dataclass(frozen=True)
+class DeviceClasses:
+    """Chiplets grouped by (speed, NoP): within a class any two are interchangeable."""
+
+    of: np.ndarray  # [C] class of each chiplet
+    speed: np.ndarray  # [K] relative speed of one chiplet of the class
+    nop: np.ndarray  # [K] NoP per token of the class
+    size: np.ndarray  # [K] chiplets in the class
+    capacity: np.ndarray  # [K] pages the class holds together
+
+    @property
+    def count(self) -> int:
+        return int(self.size.size)
+
+    def types(self) -> np.ndarray:
+        """Every nonempty set of classes as a bit mask, [2^K − 1]."""
+        return np.arange(1, 1 << self.count, dtype=np.int64)
+
+    def members(self, k: int) -> np.ndarray:
+        return np.flatnonzero(self.of == k)
+
+
+def device_classes(problem: ResidencyProblem) -> DeviceClasses:
+    """Group the chiplets by speed and NoP (speeds from the scenario work, which must be related)."""
+    if problem.scenarios == 0:
+        raise ComoeError("the class bound needs balance scenarios (policy.balance_scenarios > 0)")
+    speeds = related_speeds(problem.scenario_work_ms)
+    if speeds is None:
+        raise ComoeError("the class bound needs chiplets related by one speed factor")
+    nop = problem.nop_ms_per_token
+    keys = [(round(float(v), 12), round(float(n), 15)) for v, n in zip(speeds, nop, strict=True)]
+    distinct = sorted(set(keys), key=lambda k: (k[1], -k[0]))
+    if len(distinct) > MAX_CLASSES:
+        raise ComoeError(
+            f"{len(distinct)} chiplet classes (speed, NoP); the class bound handles at most {MAX_CLASSES}"
+        )
+    of = np.array([distinct.index(k) for k in keys], dtype=np.int64)
+    size = np.bincount(of, minlength=len(distinct))
+    capacity = np.bincount(of, weights=problem.capacity_pages, minlength=len(distinct)).astype(np.int64)
+    speed = np.array([speeds[of == k][0] for k in range(len(distinct))])
+    nop = np.array([problem.nop_ms_per_token[of == k][0] for k in range(len(distinct))])
+    return DeviceClasses(of, speed, nop, size, capacity)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Lagrange multipliers of the constraints that couple layers (all ≥ 0)."""
+
+    class_pages: np.ndarray  # [K] μ_k per page in class k
+    budget: float = 0.0  # ν per page
+    quota: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [tenants] ρ_t per owned page
+
+    def constant(self, problem: ResidencyProblem, classes: DeviceClasses) -> float:
+        """Σ_k μ_k M_k + ν B + Σ_t ρ_t Q_t: subtracted from the sum of the layers' optima."""
+        quotas = np.array([t.max_pages for t in problem.tenants], dtype=np.float64)
+        return float(
+            self.class_pages @ classes.capacity + self.budget * problem.budget_pages + self.quota @ quotas
+        )
+
+
+@dataclass(frozen=True)
+class Cuts:
+    """Which combinatorial cuts the class model adds beyond the class-union and count cuts."""
+
+    union: bool = True  # pigeonhole on the busiest experts' replica counts (`_union_cuts`)
+    rigid: bool = True  # P||Cmax on single-replica experts (`_rigid_cuts`)
+
+
+@dataclass
+class _LayerColumns:
+    """Column indices of one layer's variables in a model (for reading solutions)."""
+
+    t: np.ndarray  # [E, types]
+    m: np.ndarray  # [E, K] (-1 where the class cannot be used)
+    z: np.ndarray  # [S]
+
+
+class ClassModel:
+    """The class model of some layers in one HiGHS model; with `prices`, the coupling rows are
+    left out and priced into the objective instead (one layer's Lagrangian subproblem)."""
+
+    def __init__(
+        self,
+        problem: ResidencyProblem,
+        classes: DeviceClasses,
+        layers: list[int],
+        prices: Prices | None = None,
+        cuts: Cuts | None = None,
+    ):
+        self.p, self.classes, self.layers, self.prices = problem, classes, layers, prices
+        self.cuts = cuts if cuts is not None else Cuts()
+        self.lp = DirectModel()
+        self.cols: dict[int, _LayerColumns] = {}
+        self._page_columns: list[tuple[int, int, int, int]] = []  # (column, layer, expert, class)
+        self.offset = 0.0
+        for layer in layers:
+            self._add_layer(layer)
+        if prices is None:
+            self._coupling()
+        self.lp.set_offset(self.offset)
+        self.lp.flush()
+
+    # ------------------------------------------------------------- layer
+
+    def _page_cost(self, layer: int, e: int, k: int) -> float:
+        if self.prices is None:
+            return 0.0
+        owned = sum(float(self.prices.quota[i]) for i, t in enumerate(self.p.tenants) if t.owns[layer, e])
+        return float(self.prices.class_pages[k]) + self.prices.budget + owned
+
+    def _add_layer(self, layer: int) -> None:
+        p, cl, lp = self.p, self.classes, self.lp
+        W, S, E, K = p.batches, p.scenarios, p.experts, cl.count
+        types = cl.types()
+        cap = np.minimum(cl.size, p.max_replicas)
+        none = np.zeros((E, K), dtype=np.int64)
+        prev = _per_class(cl, p.previous.resident[layer]) if p.previous is not None else none
+        lease = _per_class(cl, p.leased[layer]) if p.leased is not None else none
+        extra_nop = np.array([cl.nop[[k for k in range(K) if (t >> k) & 1]].min() for t in types])
+        extra_nop -= p.nop_ms_per_token.min()
+        unit = p.scenario_work_ms[:, layer, :, 0]  # [S, E] on a speed-1 chiplet
+        top = float(cl.speed.max())
+        floor = unit.sum(axis=1) / float(cl.speed @ cl.size)
+        jmax = self._useful_counts(unit, floor, top)
+        t_cols = np.zeros((E, types.size), dtype=np.int64)
+        m_cols = np.full((E, K), -1, dtype=np.int64)
+        count_cols: dict[int, np.ndarray] = {}
+        r_cols = []
+        self.offset += W * float(p.miss_ms[layer].sum())
+        for e in range(E):
+            must = p.all_resident or lease[e].any()
+            r = lp.add_columns([-W * p.miss_ms[layer, e]], [float(must)], [1.0], integer=True)
+            r_cols.append(r)
+            t0 = lp.add_columns(W * p.tokens[layer, e] * extra_nop, np.zeros(types.size),
+                                np.ones(types.size), integer=True)  # fmt: skip
+            t_cols[e] = t0 + np.arange(types.size)
+            lp.add_row(0.0, 0.0, [*t_cols[e], r], [1.0] * types.size + [-1.0])
+            for k in range(K):
+                with_k = t_cols[e][(types >> k) & 1 == 1]
+                col = lp.add_columns([self._page_cost(layer, e, k)], [float(lease[e, k])], [float(cap[k])],
+                                     integer=True)  # fmt: skip
+                m_cols[e, k] = col
+                self._page_columns.append((col, layer, e, k))
+                lp.add_row(0.0, INF, [col, *with_k], [1.0] + [-1.0] * with_k.size)  # m >= [k in T]
+                lp.add_row(-INF, 0.0, [col, *with_k], [1.0] + [-float(cap[k])] * with_k.size)
+                if p.copy_ms > 0:  # copies into class k: at least m − replicas already there
+                    new = lp.add_columns([p.copy_ms], [0.0], [INF])
+                    lp.add_row(-float(prev[e, k]), INF, [new, col], [1.0, -1.0])
+            lp.add_row(-INF, float(p.max_replicas), m_cols[e], 1.0)
+            J = int(jmax[e])
+            b = lp.add_columns(np.zeros(J), np.zeros(J), np.ones(J), integer=True)
+            count_cols[e] = b + np.arange(J)
+            lp.add_row(0.0, 0.0, [*count_cols[e], r], [1.0] * J + [-1.0])
+            js = np.arange(1, J + 1, dtype=np.float64)
+            top_j = js.copy()
+            top_j[-1] = float(p.max_replicas)
+            lp.add_row(0.0, INF, [*m_cols[e], *count_cols[e]], np.concatenate((np.ones(K), -js)))
+            lp.add_row(-INF, 0.0, [*m_cols[e], *count_cols[e]], np.concatenate((np.ones(K), -top_j)))
+        z0 = lp.add_columns(np.full(S, W / S), floor, np.full(S, INF))
+        speed_of = {d: float(sum(cl.speed[k] * cl.size[k] for k in range(K) if (d >> k) & 1)) for d in types}
+        proper = types[:-1]  # the last type is every class: its cut is the floor
+        inside = {int(d): (types & ~d) == 0 for d in proper}  # types T ⊆ D
+        for s in range(S):
+            busy = np.flatnonzero(unit[s] > 0)
+            for d in proper:
+                cols = t_cols[busy][:, inside[int(d)]]
+                vals = np.repeat(unit[s, busy], cols.shape[1])
+                lp.add_row(0.0, INF, [z0 + s, *cols.ravel()], np.concatenate(([speed_of[int(d)]], -vals)))
+            for e in busy:
+                piece = unit[s, e] / top
+                if piece <= floor[s] * (1 + 1e-9):
+                    continue
+                js = np.arange(1, count_cols[e].size + 1)
+                lp.add_row(0.0, INF, [z0 + s, *count_cols[e]], np.concatenate(([1.0], -piece / js)))
+        if self.cuts.union:
+            self._union_cuts(layer, unit, floor, m_cols, np.array(r_cols), z0)
+        if self.cuts.rigid:
+            self._rigid_cuts(unit, floor, count_cols, z0)
+        self.cols[layer] = _LayerColumns(t_cols, m_cols, z0 + np.arange(S))
+
+    def _union_cuts(
+        self, layer: int, unit: np.ndarray, floor: np.ndarray, m_cols: np.ndarray, r_cols: np.ndarray, z0: int
+    ) -> None:
+        """Pigeonhole cuts: the q busiest experts of a scenario, with n replicas among them, are
+        confined to the union of their replica sets, at most n chiplets: z ≥ W_Q / cap(n), cap(n)
+        the n fastest chiplets' speed. 1 / cap is convex in n, so every chord between consecutive
+        counts lies below it at every integer count: z_s ≥ chord(Σ_{e ∈ Q} replicas_e), an expert
+        without a replica counting as C (it runs anywhere)."""
+        p, lp = self.p, self.lp
+        C = p.chiplets
+        fastest = np.concatenate(([0.0], np.cumsum(np.sort(self.classes.speed[self.classes.of])[::-1])))
+        for s in range(p.scenarios):
+            order = np.argsort(-unit[s], kind="stable")
+            total = np.cumsum(unit[s, order])
+            for q in range(2, min(C, order.size) + 1):
+                if unit[s, order[q - 1]] <= 0:
+                    break
+                work = float(total[q - 1])
+                values = work / fastest[np.arange(q, C + 1)]  # f(n), n = q..C
+                if values[0] <= floor[s] * (1 + 1e-9):
+                    continue
+                members = order[:q]
+                cols = m_cols[members][m_cols[members] >= 0]
+                for n in range(q, C):
+                    lo, hi = values[n - q], values[n + 1 - q]
+                    if lo <= floor[s] * (1 + 1e-9):
+                        break
+                    slope = hi - lo  # per replica; z >= lo + slope * (N - n)
+                    # N = Σ m + C · Σ (1 − r):  z − slope · Σ m + slope · C · Σ r ≥ lo − slope · (n − C q)
+                    index = [z0 + s, *cols, *r_cols[members]]
+                    value = np.concatenate(([1.0], np.full(cols.size, -slope), np.full(q, slope * C)))
+                    lp.add_row(lo - slope * (n - C * q), INF, index, value)
+
+    def _rigid_cuts(self, unit: np.ndarray, floor: np.ndarray, count_cols: dict, z0: int) -> None:
+        """P||Cmax cuts for rigid experts: if the kC + 1 busiest experts of a scenario all have one
+        replica, some chiplet holds k + 1 of them, at least the k + 1 smallest of those works:
+
+            z_s ≥ P_k · (Σ_{e ∈ Q} b[e, 1] − |Q| + 1)
+
+        (b[e, 1] = exactly one replica; `_useful_counts` keeps j = 1 apart from "more")."""
+        C, lp = self.p.chiplets, self.lp
+        top = float(self.classes.speed.max())
+        for s in range(unit.shape[0]):
+            busy = np.flatnonzero(unit[s] > 0)
+            order = busy[np.argsort(-unit[s, busy], kind="stable")]
+            for k in range(1, (order.size - 1) // C + 1):
+                members = order[: k * C + 1]
+                smallest = float(unit[s, members[-(k + 1) :]].sum()) / top
+                if smallest <= floor[s] * (1 + 1e-9):
+                    continue
+                singles = [count_cols[int(e)][0] for e in members]
+                value = np.concatenate(([1.0], np.full(len(singles), -smallest)))
+                lp.add_row(-smallest * (len(singles) - 1), INF, [z0 + s, *singles], value)
+
+    def _useful_counts(self, unit: np.ndarray, floor: np.ndarray, top: float) -> np.ndarray:
+        """J_e: replica counts whose count cut can bind (a count of J means J or more)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = unit / top / np.maximum(floor[:, None], 1e-300)
+            need = np.where(floor[:, None] > 0, np.ceil(ratio - 1e-9), 1)
+        # at least 2 where more than one replica is allowed: b[e, 1] then means exactly one (rigid cuts)
+        return np.clip(need.max(axis=0), min(2, self.p.max_replicas), self.p.max_replicas).astype(np.int64)
+
+    # ---------------------------------------------------------- coupling
+
+    def _coupling(self) -> None:
+        p, lp = self.p, self.lp
+        lp.flush()
+        first = lp.h.getNumRow()
+        cols = np.array([c for c, *_ in self._page_columns], dtype=np.int64)
+        cls = np.array([k for *_, k in self._page_columns], dtype=np.int64)
+        for k in range(self.classes.count):
+            lp.add_row(-INF, float(self.classes.capacity[k]), cols[cls == k], 1.0)
+        lp.add_row(-INF, float(p.budget_pages), cols, 1.0)
+        rows = list(range(first, first + self.classes.count + 1))
+        self.tenant_rows = np.full(len(p.tenants), -1, dtype=np.int64)  # -1: the tenant owns no column
+        for i, t in enumerate(p.tenants):
+            owned = [c for c, l, e, _ in self._page_columns if t.owns[l, e]]
+            if owned:
+                lp.add_row(-INF, float(t.max_pages), owned, 1.0)
+                self.tenant_rows[i] = first + len(rows)
+                rows.append(first + len(rows))
+        self.coupling_rows = np.array(rows[: self.classes.count + 1], dtype=np.int64)
+
+    # --------------------------------------------------------- solutions
+
+    def pages(self) -> np.ndarray:
+        """Pages per class [K] of the solution, and per tenant."""
+        values = self.lp.values()
+        out = np.zeros(self.classes.count)
+        for col, _, _, k in self._page_columns:
+            out[k] += values[col]
+        return out
+
+    def tenant_pages(self) -> np.ndarray:
+        values = self.lp.values()
+        return np.array(
+            [sum(values[c] for c, l, e, _ in self._page_columns if t.owns[l, e]) for t in self.p.tenants]
+        )
+
+    def counts(self) -> np.ndarray:
+        """Replicas per class [L, E, K] of the solution (layers not in the model stay 0)."""
+        values = self.lp.values()
+        out = np.zeros((self.p.layers, self.p.experts, self.classes.count), dtype=np.int64)
+        for col, l, e, k in self._page_columns:
+            out[l, e, k] = int(np.rint(values[col]))
+        return out
+
+
+# ------------------------------------------------------------------ bounds
+
+
+@dataclass
+class LagrangianValue:
+    """L(prices) and what the layers' solutions use of each coupled resource."""
+
+    bound: float  # Σ_l layer bound − prices.constant + problem.constant_ms
+    layer_bounds: np.ndarray  # [L] each layer's proven bound (its optimum when `closed`)
+    closed: np.ndarray  # [L] bool: the layer's MILP was solved to optimality
+    class_pages: np.ndarray  # [K] pages per class the layers' solutions take together
+    budget_pages: float
+    tenant_pages: np.ndarray  # [tenants]
+    counts: np.ndarray  # [L, E, K] replicas per class of the layers' solutions
+
+
+def lagrangian_value(
+    problem: ResidencyProblem,
+    prices: Prices,
+    *,
+    classes: DeviceClasses | None = None,
+    layer_time_s: float | None = None,
+    cuts: Cuts | None = None,
+) -> LagrangianValue:
+    """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0."""
+    classes = classes if classes is not None else device_classes(problem)
+    if np.any(prices.class_pages < 0) or prices.budget < 0 or np.any(prices.quota < 0):
+        raise ValueError("Lagrange multipliers of ≤ constraints must be ≥ 0")
+    L = problem.layers
+    bounds, closed = np.zeros(L), np.zeros(L, dtype=bool)
+    pages = np.zeros(classes.count)
+    tenant_pages = np.zeros(len(problem.tenants))
+    counts = np.zeros((L, problem.experts, classes.count), dtype=np.int64)
+    for layer in range(L):
+        model = ClassModel(problem, classes, [layer], prices, cuts=cuts)
+        outcome = model.lp.solve(time_limit_s=layer_time_s, mip_gap=0.0)
+        if not math.isfinite(outcome.bound):
+            raise ComoeError(f"layer {layer}: the priced class model ended {outcome.solver_status}")
+        bounds[layer] = outcome.bound
+        closed[layer] = outcome.status is Status.OPTIMAL
+        if outcome.status.has_solution:
+            counts += model.counts()
+            pages += model.pages()
+            tenant_pages += model.tenant_pages() if problem.tenants else 0.0
+    value = float(bounds.sum()) - prices.constant(problem, classes) + problem.constant_ms
+    return LagrangianValue(value, bounds, closed, pages, float(pages.sum()), tenant_pages, counts)
+
+
+@dataclass
+class DecomposeResult:
+    """Bounds of the class model (joint and Lagrangian), the prices, a placement, the time per phase."""
+
+    bound: float  # the best valid lower bound found (with problem.constant_ms)
+    root_bound: float  # LP relaxation of the joint class model
+    joint_bound: float  # the joint class MILP's proven dual bound (-inf when not run)
+    lagrangian_bound: float  # L(prices): recomputing lagrangian_value(problem, prices) gives it again
+    layer_bounds: np.ndarray  # [L] per-layer bounds at `prices`
+    prices: Prices
+    placement: Placement | None
+    objective: float  # exact objective of `placement` (inf when None)
+    phases: dict[str, float]
+    history: list[dict] = field(default_factory=list)  # one entry per subgradient step
+
+
+def decompose(
+    problem: ResidencyProblem,
+    time_limit_s: float = 30.0,
+    *,
+    start: Placement | None = None,
+    iterations: int = 30,
+    joint: bool = True,
+    cuts: Cuts | None = None,
+    search_rounds: int = 1,
+) -> DecomposeResult:
+    """Class-model bounds — the LP relaxation (root), the joint MILP, the Lagrangian over layers
+    from the LP's prices — and a placement: the joint model's (or the repaired Lagrangian) counts
+    on chiplets, and `start` when given, each improved by `search_rounds` local searches.
+
+    The joint MILP gets a third of `time_limit_s`, the subgradient steps what remains of two
+    thirds; a started layer solve is finished, so this is a budget, not a promise to the
+    millisecond. Raises `ComoeError` without balance scenarios on related chiplets.
+    """
+    began = time.perf_counter()
+    phases: dict[str, float] = {}
+    classes = device_classes(problem)
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        phases[name] = phases.get(name, 0.0) + now - since
+        return now
+
+    t = time.perf_counter()
+    root, prices = _root(problem, classes, cuts)
+    t = lap("root LP", t)
+    joint_bound, counts = -math.inf, None
+    if joint:
+        model = ClassModel(problem, classes, list(range(problem.layers)), cuts=cuts)
+        outcome = model.lp.solve(time_limit_s=max(time_limit_s / 3 - (t - began), 0.05), mip_gap=1e-6)
+        joint_bound = outcome.bound + problem.constant_ms if math.isfinite(outcome.bound) else -math.inf
+        if outcome.status.has_solution:
+            counts = model.counts()
+        t = lap("joint class MILP", t)
+    best, history, best_prices = _subgradient(problem, classes, prices, began + 2 * time_limit_s / 3,
+                                              iterations, cuts)  # fmt: skip
+    t = lap("Lagrangian", t)
+    if counts is None:
+        counts = _repair_counts(problem, classes, best.counts)
+    placement, objective = _incumbent(problem, classes, counts, start, search_rounds)
+    lap("placement", t)
+    return DecomposeResult(
+        bound=max(root, joint_bound, best.bound),
+        root_bound=root,
+        joint_bound=joint_bound,
+        lagrangian_bound=best.bound,
+        layer_bounds=best.layer_bounds,
+        prices=best_prices,
+        placement=placement,
+        objective=objective,
+        phases=phases,
+        history=history,
+    )
+
+
+def _root(problem: ResidencyProblem, classes: DeviceClasses, cuts: Cuts | None) -> tuple[float, Prices]:
+    """LP relaxation of the joint class model: its bound, and its coupling rows' duals as prices."""
+    model = ClassModel(problem, classes, list(range(problem.layers)), cuts=cuts)
+    h = model.lp.h
+    n = h.getNumCol()
+    h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.uint8))
+    outcome = model.lp.solve()
+    # ≤ rows of a minimisation have duals ≤ 0 in HiGHS's sign convention
+    row_dual = np.maximum(-np.asarray(h.getSolution().row_dual), 0.0)
+    duals = row_dual[model.coupling_rows]
+    quota = np.where(model.tenant_rows >= 0, row_dual[np.maximum(model.tenant_rows, 0)], 0.0)
+    K = classes.count
+    prices = Prices(duals[:K], float(duals[K]), quota)
+    if outcome.status is not Status.OPTIMAL:
+        raise ComoeError(f"the class model's LP relaxation ended {outcome.solver_status}")
+    return outcome.objective + problem.constant_ms, prices
+
+
+def _subgradient(
+    problem: ResidencyProblem,
+    classes: DeviceClasses,
+    prices: Prices,
+    stop_at: float,
+    iterations: int,
+    cuts: Cuts | None,
+) -> tuple[LagrangianValue, list[dict], Prices]:
+    """Projected subgradient steps on the prices (Polyak steps towards the best value plus a margin);
+    returns the best L found and one history entry per step."""
+    quotas = np.array([t.max_pages for t in problem.tenants], dtype=np.float64)
+    best_value: LagrangianValue | None = None
+    best_prices = prices
+    history: list[dict] = []
+    theta, stalled = 1.0, 0
+    for step in range(iterations):
+        left = stop_at - time.perf_counter()
+        if best_value is not None and left <= 0:
+            break
+        # the first evaluation runs to the end: it is the bound at the LP's prices
+        limit = None if best_value is None else max(left, 0.05)
+        value = lagrangian_value(problem, prices, classes=classes, layer_time_s=limit, cuts=cuts)
+        improved = best_value is None or value.bound > best_value.bound + 1e-12
+        if improved:
+            best_value, best_prices, stalled = value, prices, 0
+        else:
+            stalled += 1
+            if stalled >= 2:
+                theta, stalled = theta / 2, 0
+        g_class = value.class_pages - classes.capacity
+        g_budget = value.budget_pages - problem.budget_pages
+        g_quota = value.tenant_pages - quotas
+        history.append(
+            {"step": step, "bound": value.bound, "best": best_value.bound, "prices": prices,
+             "over": float(np.maximum(g_class, 0).sum()), "seconds": time.perf_counter()}
+        )  # fmt: skip
+        norm = float(g_class @ g_class + g_budget**2 + g_quota @ g_quota)
+        if norm == 0:
+            break
+        target = best_value.bound + max(1e-3 * abs(best_value.bound - problem.constant_ms), 1e-9)
+        size = theta * (target - value.bound) / norm
+        prices = Prices(
+            np.maximum(prices.class_pages + size * g_class, 0.0),
+            max(prices.budget + size * g_budget, 0.0),
+            np.maximum(prices.quota + size * g_quota, 0.0),
+        )
+    return best_value, history, best_prices
+
+
+# --------------------------------------------------------------- placement
+
+
+def _repair_counts(problem: ResidencyProblem, classes: DeviceClasses, counts: np.ndarray) -> np.ndarray:
+    """Per-layer solutions' counts [L, E, K] cut back to the coupling: while a class, the budget or a
+    quota is over, drop the extra replica (beyond the first, never a leased one) whose work per
+    replica is smallest."""
+    counts = counts.copy()
+    lease = np.zeros_like(counts)
+    if problem.leased is not None:
+        for k in range(classes.count):
+            lease[..., k] = problem.leased[..., classes.of == k].sum(axis=2)
+    weight = problem.work_ms.min(axis=2)  # [L, E]
+    quotas = [(t.owns, t.max_pages) for t in problem.tenants]
+
+    def over() -> np.ndarray | None:
+        """A mask [L, E, K] of the replicas whose removal helps, or None when nothing is over."""
+        per_class = counts.sum(axis=(0, 1))
+        mask = np.zeros(counts.shape, dtype=bool)
+        for k in np.flatnonzero(per_class > classes.capacity):
+            mask[..., k] = True
+        if counts.sum() > problem.budget_pages:
+            mask[:] = True
+        for owns, limit in quotas:
+            if counts[owns].sum() > limit:
+                mask |= owns[..., None]
+        return mask if mask.any() else None
+
+    while (mask := over()) is not None:
+        total = counts.sum(axis=2, keepdims=True)
+        removable = mask & (counts > lease) & ((total >= 2) | (not problem.all_resident))
+        if not removable.any():
+            raise ComoeError("the layers' replica counts cannot be cut back to the coupling constraints")
+        # extra replicas first (least work per replica), a last replica only when nothing else helps
+        last = np.where(total >= 2, 0.0, 1.0 + problem.miss_ms[..., None] * problem.batches)
+        score_ = np.where(removable, last * 1e9 + weight[..., None] / np.maximum(total, 1), np.inf)
+        l, e, k = np.unravel_index(int(score_.argmin()), counts.shape)
+        counts[l, e, k] -= 1
+    return counts
+
+
+def place_counts(problem: ResidencyProblem, classes: DeviceClasses, counts: np.ndarray) -> Placement | None:
+    """Replicas per class [L, E, K] on chiplets: leased replicas where they are; then, per layer and
+    class, every chiplet gets an even share of the layer's pages (more to those with more room) and
+    experts, most replicas first, then heaviest first, take the chiplets with share left that keep
+    the mean over scenarios of the busiest chiplet lowest (each replica carrying an equal part of
+    the expert's work). None when the shares leave an expert too few distinct chiplets."""
+    L, E, C = problem.layers, problem.experts, problem.chiplets
+    resident = np.zeros((L, E, C), dtype=bool)
+    if problem.leased is not None:
+        resident |= problem.leased
+    room = problem.capacity_pages.astype(np.int64) - resident.sum(axis=(0, 1))
+    speeds = classes.speed[classes.of]
+    for layer in range(L):
+        work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
+        replicas = np.maximum(counts[layer].sum(axis=1), 1)
+        need = np.maximum(counts[layer] - _per_class(classes, resident[layer]), 0)  # [E, K]
+        shares = np.zeros(C, dtype=np.int64)
+        for k in range(classes.count):
+            devices = classes.members(k)
+            share = _even_share(int(need[:, k].sum()), room[devices], L - layer)
+            if share is None:
+                return None
+            shares[devices] = share
+        load = (work[:, :, None] * resident[layer][None] / replicas[None, :, None]).sum(axis=1) / speeds
+        order = sorted(range(E), key=lambda e: (-int(need[e].sum()), -float(work[:, e].mean())))
+        for e in order:
+            piece = work[:, e] / replicas[e]  # [S]
+            for k in np.flatnonzero(need[e]):
+                for _ in range(int(need[e, k])):
+                    free = [c for c in classes.members(k) if shares[c] > 0 and not resident[layer, e, c]]
+                    if not free:
+                        return None
+                    cost = [np.maximum(load.max(axis=1), load[:, c] + piece / speeds[c]).mean() for c in free]
+                    c = free[int(np.argmin(cost))]
+                    resident[layer, e, c] = True
+                    shares[c] -= 1
+                    room[c] -= 1
+                    load[:, c] += piece / speeds[c]
+    placement = Placement(resident)
+    return None if check_feasible(problem, placement) else placement
+
+
+def _per_class(classes: DeviceClasses, resident: np.ndarray) -> np.ndarray:
+    """[E, C] bool → [E, K] replicas per class."""
+    return np.stack([resident[:, classes.of == k].sum(axis=1) for k in range(classes.count)], axis=1)
+
+
+def _even_share(pages: int, room: np.ndarray, layers_left: int) -> np.ndarray | None:
+    """`pages` split over chiplets as evenly as their room allows, the extra to those with the most
+    room per layer left."""
+    if pages > room.sum():
+        return None
+    share = np.minimum(np.full(room.size, pages // room.size), room)
+    order = np.argsort(-(room - share) / max(layers_left, 1), kind="stable")
+    while share.sum() < pages:
+        for i in order:
+            if share.sum() < pages and share[i] < room[i]:
+                share[i] += 1
+    return share
+
+
+def _incumbent(
+    problem: ResidencyProblem,
+    classes: DeviceClasses,
+    counts: np.ndarray,
+    start: Placement | None,
+    seeds: int,
+) -> tuple[Placement | None, float]:
+    """The better of the placed counts (improved by the local search) and `start`."""
+    candidates = []
+    placed = place_counts(problem, classes, counts)
+    if placed is not None:
+        candidates.append(placed)
+        for seed in range(seeds):
+            candidates.append(refine(problem, candidates[-1], seed=seed))
+    if start is not None and not check_feasible(problem, start):
+        candidates.append(start)
+    if not candidates:
+        return None, math.inf
+    values = [score(problem, c).total for c in candidates]
+    i = int(np.argmin(values))
+    return candidates[i], float(values[i])
