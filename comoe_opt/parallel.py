@@ -8,7 +8,6 @@ still use its own threads, so more jobs than cores oversubscribes.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import logging
 import multiprocessing
 import os
 import signal
@@ -138,27 +137,6 @@ def _context(preload: Sequence[str]) -> Any:
     return multiprocessing.get_context("spawn")
 
 
-class _StderrHandler(logging.StreamHandler):
-    """Log records on whatever `sys.stderr` is when they are emitted (tests swap it)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.stream = sys.stderr
-        super().emit(record)
-
-
-def log_to_stderr() -> None:
-    """Send library log records (Pyomo's warnings among them) to stderr, never stdout.
-
-    Pyomo's own handler writes to stdout, but stays silent once the root logger has a handler:
-    this installs one (once per process), for warnings and errors, as Python's default would."""
-    root = logging.getLogger()
-    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
-        handler = _StderrHandler()
-        handler.setLevel(logging.WARNING)
-        handler.setFormatter(logging.Formatter("%(levelname)s (%(name)s): %(message)s"))
-        root.addHandler(handler)
-
-
 PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
 
 
@@ -167,7 +145,6 @@ def _start_worker(parent: int, ignore_sigint: bool) -> None:
     cleanup), instead of idling for minutes on the memory and pipes of a run nobody waits for."""
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    log_to_stderr()
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
 
 

@@ -9,6 +9,7 @@ Nothing outside this package imports it.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -17,7 +18,6 @@ from typing import TextIO
 from comoe_opt.cli.common import USER_ERROR, emit
 from comoe_opt.cli.parser import build_parser
 from comoe_opt.errors import ComoeError
-from comoe_opt.parallel import log_to_stderr
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,7 +34,6 @@ def _run(argv: Sequence[str] | None) -> int:
     if not hasattr(args, "handler"):
         parser.print_help()
         return USER_ERROR
-    log_to_stderr()
     try:
         with _stdout_for_the_result_only():
             result = args.handler(args)
@@ -51,33 +50,47 @@ def _run(argv: Sequence[str] | None) -> int:
 
 @contextlib.contextmanager
 def _stdout_for_the_result_only() -> Iterator[None]:
-    """While a verb runs, anything else bound for stdout (a library's print, a solver's own
-    output, a worker process started meanwhile) goes to stderr: stdout carries the result only."""
+    """While a verb runs, anything else bound for stdout (a library's print or log record, a
+    solver's own output, a worker process started meanwhile) goes to stderr: stdout carries the
+    result only. The descriptor is moved, not `sys.stdout`: libraries that capture output
+    (Pyomo's solver interfaces) need stdout and stderr to stay distinct streams."""
     out = sys.stdout
     swapped = _point_fd(out, sys.stderr)
-    sys.stdout = sys.stderr
+    if swapped is None:  # no descriptor (the CLI called in-process): Python's writes at least
+        sys.stdout = _ToStderr()
     try:
         yield
     finally:
-        sys.stdout = out
-        if swapped is not None:
+        if swapped is None:
+            sys.stdout = out
+        else:
             fd, saved = swapped
-            sys.stderr.flush()
+            out.flush()  # what was written meanwhile goes to stderr, not later to stdout
             os.dup2(saved, fd)
             os.close(saved)
 
 
 def _point_fd(out: TextIO, err: TextIO) -> tuple[int, int] | None:
     """Point `out`'s file descriptor at `err`'s; (descriptor, saved copy) to restore it, or None
-    when either stream has none (in-process tests capture them as Python objects)."""
+    when either stream has none."""
     try:
         fd, target = out.fileno(), err.fileno()
+        out.flush()
     except (AttributeError, OSError, ValueError):
         return None
-    out.flush()
     saved = os.dup(fd)
     os.dup2(target, fd)
     return fd, saved
+
+
+class _ToStderr(io.TextIOBase):
+    """Stdout for Python's writes when it has no descriptor to move: forwards to stderr."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
 
 
 def one_line(message: str) -> str:
