@@ -123,6 +123,9 @@ def _format(instance: Instance, result: SolveResult[Placement], output: str | No
         lines.append(
             f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from {source}"
         )
+    if r.get("stopped_by_time_limit"):
+        cut = "; ".join(r["stopped_by_time_limit"])
+        lines.append(f"  the time limit ({r['time_limit_s']:g} s) cut short: {cut}")
     if output:
         lines.append(f"  placement written to {output}")
     return "\n".join(lines)

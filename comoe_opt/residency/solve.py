@@ -274,7 +274,10 @@ def _longer_searches(
     with deadline.phase("longer_search"):
         while _gap(problem, best.objective, bound) > mip_gap:
             if deadline.expired():
-                deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
+                if seed == 1:
+                    deadline.skip("longer_search")
+                else:
+                    deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
                 break
             best.search_longer(problem, seed, deadline)
             seed += 1
