@@ -67,7 +67,7 @@ class Deadline:
         return list(self._log.notes)
 
     @property
-    def bound(self) -> bool:
+    def touched(self) -> bool:
         """Whether the deadline skipped or cut short anything."""
         return bool(self._log.notes)
 

@@ -358,3 +358,12 @@ def test_rolling_and_gap_hand_each_window_its_time_limit(monkeypatch):
     limits.clear()
     gap.slow_loop_gap(instance, batches, count=1)
     assert limits and set(limits) == {instance.policy.time_limit_s}
+
+
+def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table):
+    out = cli("solve", write_toml(table), "--time-limit", "30", "--json").json()
+    report = out["report"]
+    assert report["time_limit_s"] == 30.0 and report["stopped_by_time_limit"] == []
+    assert list(report["phases"])[:4] == ["problem", "warm_start", "model_build", "milp"]
+    assert sum(report["phases"].values()) <= report["total_s"] + 1e-9
+    assert out["runtime_s"] == report["total_s"]

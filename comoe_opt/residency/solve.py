@@ -150,7 +150,7 @@ def solve_milp(
             outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     bound = _tidy_bound(bound, best.objective)
     status = _status(outcome_status, best.objective, bound, mip_gap, problem.constant_ms)
-    if status is Status.FEASIBLE and deadline.bound:
+    if status is Status.FEASIBLE and deadline.touched:
         status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
     if best.placement is None:
         status = Status.NO_SOLUTION if status.has_solution else status
