@@ -204,10 +204,17 @@ def _solve_replica_model(
         outcome = solve_with_highs(model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline)
         solved = outcome.status.has_solution and math.isfinite(outcome.objective)
         counts = replica_counts(model, problem) if solved else None
-    if outcome.solver_status == NOT_STARTED:
-        deadline.note(f"milp: {NOT_STARTED}")
+    _note_highs("milp", outcome, deadline)
     per_row = (build_s + outcome.handover_s) / max(model.nconstraints(), 1)
     return _ReplicaSolve(outcome, counts, build_s, per_row)
+
+
+def _note_highs(phase: str, outcome: HighsOutcome, deadline: Deadline) -> None:
+    """Say when HiGHS did not start, or stopped, on the deadline."""
+    if outcome.solver_status == NOT_STARTED:
+        deadline.note(f"{phase}: {NOT_STARTED}")
+    elif outcome.status is Status.TIME_LIMIT:
+        deadline.note(f"{phase}: HiGHS stopped at the time limit")
 
 
 _SKIPPED = HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, 0.0, "not started: the time limit had passed")
@@ -255,8 +262,9 @@ def _cut_rounds(
         return None
     share = deadline.share(EXACT_PROOF_SHARE)
     with deadline.phase("cut_rounds"):
+        # a round's placement is searched on the whole deadline: the search is not the proof's
         cuts = solve_with_cuts(
-            problem, best.placement, deadline=share, mip_gap=mip_gap, improve=_improver(problem, share)
+            problem, best.placement, deadline=share, mip_gap=mip_gap, improve=_improver(problem, deadline)
         )
     if cuts.placement is not None:
         best.offer(problem, cuts.placement, "scenario cut model")
@@ -436,8 +444,7 @@ def _solve_full_model(
     outcome = solve_with_highs(
         model, mip_gap=mip_gap, warm_start=start is not None, options=options, deadline=deadline
     )
-    if outcome.solver_status == NOT_STARTED:
-        deadline.note(f"full model: {NOT_STARTED}")
+    _note_highs("full model", outcome, deadline)
     constant = problem.constant_ms
     bound = outcome.bound + constant
     report = {
