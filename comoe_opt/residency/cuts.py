@@ -79,10 +79,15 @@ class ExactOutcome:
     rounds: CutRounds
 
 
+class OutOfTime(Exception):
+    """The deadline passed while the cut model was being built."""
+
+
 class CutModel:
     """The x[l,e,c] model with lazily added scenario cuts, in one persistent HiGHS model."""
 
-    def __init__(self, problem: ResidencyProblem):
+    def __init__(self, problem: ResidencyProblem, deadline: Deadline | None = None):
+        self.deadline = deadline  # checked between layers of the build (raises OutOfTime)
         p = self.problem = problem
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
         self.speeds = related_speeds(p.scenario_work_ms)
@@ -127,6 +132,8 @@ class CutModel:
         lp.set_offset(W * p.miss_ms.sum())
         rows = lp
         for l, e in np.ndindex(L, E):
+            if e == 0:
+                self._check_time()
             xs = [self.x(l, e, c) for c in range(C)]
             rows.add_row(-INF, 0.0, [self.r(l, e), *xs], [1.0] + [-1.0] * C)  # r <= sum_c x
             if not p.all_resident:
@@ -155,11 +162,17 @@ class CutModel:
         costs = (p.batches * p.tokens[pairs[:, 0], pairs[:, 1]][:, None] * extra[None, :]).ravel()
         y0 = self.lp.add_columns(costs, np.zeros(costs.size), np.ones(costs.size))
         for k, (l, e) in enumerate(pairs):
+            if k % self.E == 0:
+                self._check_time()
             ys = [y0 + k * C + c for c in range(C)]
             self.lp.add_row(1.0, 1.0, ys, 1.0)
             for c in range(C):  # y <= x + 1 - r
                 self.lp.add_row(-INF, 1.0, [ys[c], self.x(l, e, c), self.r(l, e)], [1.0, -1.0, 1.0])
         self.y0, self.y_pairs = y0, pairs
+
+    def _check_time(self) -> None:
+        if self.deadline is not None and self.deadline.expired():
+            raise OutOfTime
 
     # -------------------------------------------------------------- cuts
 
@@ -196,6 +209,8 @@ class CutModel:
         (all of them when `z` is None); returns the cuts added."""
         added = 0
         for layer in range(self.L):
+            if self.deadline is not None and self.deadline.expired():
+                break  # the cuts added so far are valid; the next round finds the others
             ratios, masks = self.worst_sets(resident[layer], layer)
             for s, (exact, mask) in enumerate(zip(ratios, masks, strict=True)):
                 if z is not None and exact <= z[layer, s] + CUT_TOLERANCE * max(1.0, exact):
@@ -237,7 +252,11 @@ def solve_with_cuts(
     solve gets what remains.
     """
     began = time.perf_counter()
-    cm = CutModel(problem)
+    try:
+        cm = CutModel(problem, deadline)
+    except OutOfTime:
+        deadline.note("cut rounds: the time limit passed while the cut model was built")
+        return ExactOutcome(None, math.inf, -math.inf, Status.TIME_LIMIT, CutRounds())
     constant = problem.constant_ms
     best, best_objective = None, math.inf
     if start is not None and not check_feasible(problem, start):
@@ -281,7 +300,8 @@ def solve_with_cuts(
             break
         if added == 0:
             # the MILP's solution satisfies every cut, so its model value is exact: it stopped
-            # short of the gap only on time
-            status = Status.TIME_LIMIT if solver is Status.TIME_LIMIT else Status.FEASIBLE
+            # short of the gap only on time (or the deadline cut the separation short)
+            on_time = solver is Status.TIME_LIMIT or deadline.expired()
+            status = Status.TIME_LIMIT if on_time else Status.FEASIBLE
             break
     return ExactOutcome(best, best_objective, bound, status, info)
