@@ -79,6 +79,10 @@ class ExactOutcome:
     rounds: CutRounds
 
 
+def _out_of_time(rounds: int) -> str:
+    return f"cut rounds: stopped by their share of the time limit after {rounds} rounds"
+
+
 class OutOfTime(Exception):
     """The deadline passed while the cut model was being built."""
 
@@ -266,7 +270,7 @@ def solve_with_cuts(
     bound, status = -math.inf, Status.TIME_LIMIT
     while info.rounds < max_rounds:
         if deadline.expired():
-            deadline.note(f"cut rounds: stopped by their share of the time limit after {info.rounds} rounds")
+            deadline.note(_out_of_time(info.rounds))
             break
         # no setSolution start: HiGHS can return the given start's values with another
         # solution's objective when presolve solves the model (found by the property tests)
@@ -301,6 +305,8 @@ def solve_with_cuts(
         if added == 0:
             # the MILP's solution satisfies every cut, so its model value is exact: it stopped
             # short of the gap only on time (or the deadline cut the separation short)
+            if deadline.expired():
+                deadline.note(_out_of_time(info.rounds))
             on_time = solver is Status.TIME_LIMIT or deadline.expired()
             status = Status.TIME_LIMIT if on_time else Status.FEASIBLE
             break
