@@ -229,6 +229,7 @@ def test_bounds_below_optimum_below_placement_and_prices_reproduce_the_bound(p):
     if r.placement is not None:
         assert not check_feasible(p, r.placement)
         assert r.objective >= best - TOL * scale
+    assert r.closed  # every layer of an instance this small closes
     again = lagrangian_value(p, r.prices)
     assert again.bound == pytest.approx(r.lagrangian_bound, rel=1e-9, abs=1e-9)
     assert again.layer_bounds == pytest.approx(r.layer_bounds, rel=1e-9, abs=1e-9)

@@ -69,6 +69,7 @@ from comoe_opt.residency.scenarios import related_speeds
 from comoe_opt.results import Status
 
 MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them
+MIN_LAYER_S = 0.2  # a Lagrangian layer solve gets at least this long, even past the budget
 
 
 @dataclass(frozen=True)
@@ -380,10 +381,13 @@ def lagrangian_value(
     prices: Prices,
     *,
     classes: DeviceClasses | None = None,
-    layer_time_s: float | None = None,
+    stop_at: float | None = None,
     cuts: Cuts | None = None,
 ) -> LagrangianValue:
-    """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0."""
+    """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0.
+
+    With `stop_at` (a `time.perf_counter()` value) each layer gets an equal part of the time left
+    (at least `MIN_LAYER_S`); a layer stopped short contributes its proven dual bound."""
     classes = classes if classes is not None else device_classes(problem)
     if np.any(prices.class_pages < 0) or prices.budget < 0 or np.any(prices.quota < 0):
         raise ValueError("Lagrange multipliers of ≤ constraints must be ≥ 0")
@@ -394,7 +398,10 @@ def lagrangian_value(
     counts = np.zeros((L, problem.experts, classes.count), dtype=np.int64)
     for layer in range(L):
         model = ClassModel(problem, classes, [layer], prices, cuts=cuts)
-        outcome = model.lp.solve(time_limit_s=layer_time_s, mip_gap=0.0)
+        limit = None
+        if stop_at is not None:
+            limit = max((stop_at - time.perf_counter()) / (L - layer), MIN_LAYER_S)
+        outcome = model.lp.solve(time_limit_s=limit, mip_gap=0.0)
         if not math.isfinite(outcome.bound):
             raise ComoeError(f"layer {layer}: the priced class model ended {outcome.solver_status}")
         bounds[layer] = outcome.bound
@@ -414,8 +421,9 @@ class DecomposeResult:
     bound: float  # the best valid lower bound found (with problem.constant_ms)
     root_bound: float  # LP relaxation of the joint class model
     joint_bound: float  # the joint class MILP's proven dual bound (-inf when not run)
-    lagrangian_bound: float  # L(prices): recomputing lagrangian_value(problem, prices) gives it again
+    lagrangian_bound: float  # L(prices); when `closed`, lagrangian_value(problem, prices) gives it again
     layer_bounds: np.ndarray  # [L] per-layer bounds at `prices`
+    closed: bool  # every layer's priced MILP was solved to optimality at `prices`
     prices: Prices
     placement: Placement | None
     objective: float  # exact objective of `placement` (inf when None)
@@ -474,6 +482,7 @@ def decompose(
         joint_bound=joint_bound,
         lagrangian_bound=best.bound,
         layer_bounds=best.layer_bounds,
+        closed=bool(best.closed.all()),
         prices=best_prices,
         placement=placement,
         objective=objective,
@@ -519,9 +528,7 @@ def _subgradient(
         left = stop_at - time.perf_counter()
         if best_value is not None and left <= 0:
             break
-        # the first evaluation runs to the end: it is the bound at the LP's prices
-        limit = None if best_value is None else max(left, 0.05)
-        value = lagrangian_value(problem, prices, classes=classes, layer_time_s=limit, cuts=cuts)
+        value = lagrangian_value(problem, prices, classes=classes, stop_at=stop_at, cuts=cuts)
         improved = best_value is None or value.bound > best_value.bound + 1e-12
         if improved:
             best_value, best_prices, stalled = value, prices, 0

@@ -1,0 +1,148 @@
+"""Bounds that see integrality: the class model (joint and Lagrangian) beside `milp` and `exact`.
+
+For GPT-OSS-20B decode windows (32 steps, 32 balance scenarios; the window's problem is built by
+`planning.plan_window`, as the benchmark runner does) and the paper baseline's first window with
+32 scenarios, reports for each formulation its root bound, final bound, incumbent, the gap on
+what a placement changes and its time:
+
+* `milp` and `exact` as `solve` runs them (their own incumbent and bound);
+* `class LP` / `class MILP`: the class model's LP relaxation and the joint MILP
+  (residency/decompose.py), without and with the union and rigid cuts;
+* `Lagrangian`: L at the LP's prices (root) and after the subgradient steps (final).
+
+The class formulations' incumbent is the placement built from the class counts and searched, or
+the best of all methods' placements when better ("best known"); gaps are against the best
+incumbent any method found. Writes `benchmarks/results/bounds.md` (one JSON per case beside it,
+so that cases can be run one at a time: `--cases gptoss-0 paper`).
+
+    .venv/bin/python benchmarks/bench_bounds.py [--cases ...] [--exact-limit 60] [--milp-limit 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from machine import describe
+
+from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.planning import plan_window
+from comoe_opt.residency.decompose import Cuts, decompose
+from comoe_opt.residency.solve import solve
+from comoe_opt.results import relative_gap
+from comoe_opt.trace import instance_batches
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULT = ROOT / "benchmarks" / "results" / "bounds.md"
+CASE_DIR = ROOT / "benchmarks" / "results" / "bounds"
+GPTOSS = ROOT / "instances" / "real-gptoss20b.toml"
+PAPER = ROOT / "instances" / "paper-baseline.toml"
+CASES = {
+    **{f"gptoss-{w}": (GPTOSS, w, {}) for w in (0, 13, 20, 60, 91)},
+    "paper": (PAPER, 0, {"policy.balance_scenarios": 32}),
+}
+
+
+def window_problem(path: Path, window: int, overrides: dict, limit: float, gap: float):
+    """The window's problem and `milp`'s result on it, through the project's planning path."""
+    instance = with_overrides(load_instance(path), overrides)
+    part = instance_batches(instance).planning_window(window, instance.policy.window_batches)
+    plan = plan_window(instance, part, method="milp", time_limit_s=limit, mip_gap=gap)
+    return plan.problem, plan.result
+
+
+def run_case(name: str, exact_limit: float, milp_limit: float, class_limit: float) -> dict:
+    path, window, overrides = CASES[name]
+    problem, milp = window_problem(path, window, overrides, milp_limit, 1e-2)
+    exact = solve(problem, "exact", time_limit_s=exact_limit, mip_gap=1e-2)
+    rows = [
+        _row("milp", None, milp.bound, milp.objective, milp.runtime_s),
+        _row("exact", None, exact.bound, exact.objective, exact.runtime_s),
+    ]
+    start = min((milp, exact), key=lambda r: r.objective).solution
+    for label, cuts in (("class, no combinatorial cuts", Cuts(union=False, rigid=False)), ("class", Cuts())):
+        t = time.perf_counter()
+        d = decompose(problem, class_limit, start=start, cuts=cuts, iterations=20)
+        wall = time.perf_counter() - t
+        p = d.phases
+        rows.append(_row(f"{label} LP", None, d.root_bound, d.objective, p["root LP"]))
+        rows.append(_row(f"{label} MILP", d.root_bound, d.joint_bound, d.objective,
+                         p["root LP"] + p["joint class MILP"]))  # fmt: skip
+        first = d.history[0]["bound"] if d.history else -math.inf
+        rows.append(_row(f"{label} Lagrangian", first, d.lagrangian_bound, d.objective,
+                         p["root LP"] + p["Lagrangian"], steps=len(d.history)))  # fmt: skip
+        rows[-1]["wall_s"] = wall
+        rows[-1]["phases"] = p
+    best = min(r["incumbent"] for r in rows)
+    for r in rows:
+        r["gap"] = relative_gap(best, r["bound"], problem.constant_ms)
+        r["own_gap"] = relative_gap(r["incumbent"], r["bound"], problem.constant_ms)
+    shape = f"{problem.layers} x {problem.experts} x {problem.chiplets}, {problem.scenarios} scenarios"
+    return {"case": name, "shape": shape, "constant": problem.constant_ms, "best": best, "rows": rows}
+
+
+def _row(method: str, root: float | None, bound: float, incumbent: float, seconds: float, **extra) -> dict:
+    return dict(method=method, root=root, bound=bound, incumbent=incumbent, seconds=seconds, **extra)
+
+
+def render(cases: list[dict]) -> str:
+    lines = [
+        "# Bounds that see integrality: class model and Lagrangian over layers",
+        "",
+        '`.venv/bin/python benchmarks/bench_bounds.py` (formulations/residency.md, "Layer decomposition'
+        ' bound"). Gap = (best incumbent − bound) / (best incumbent − constant), the constant being'
+        " every token's least NoP; `own gap` uses the method's own incumbent (for the class rows:"
+        " the placement built from the class counts and searched, or the better of `milp`'s and"
+        " `exact`'s, which it is given as a start). Times in seconds on a **shared, busy 2-core"
+        " machine** (other engineers' jobs ran at the same time): they are inflated and only"
+        " roughly comparable.",
+        "",
+    ]
+    for c in cases:
+        lines += [
+            f"## {c['case']} ({c['shape']})",
+            "",
+            f"Constant {c['constant']:.6g} ms; best incumbent {c['best']:.6g} ms.",
+            "",
+            "| formulation | root bound | final bound | incumbent | gap | own gap | time s |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in c["rows"]:
+            root = "–" if r["root"] is None or not math.isfinite(r["root"]) else f"{r['root']:.6g}"
+            steps = f" ({r['steps']} steps)" if "steps" in r else ""
+            lines.append(
+                f"| {r['method']}{steps} | {root} | {r['bound']:.6g} | {r['incumbent']:.6g} |"
+                f" {100 * r['gap']:.2f}% | {100 * r['own_gap']:.2f}% | {r['seconds']:.1f} |"
+            )
+        lines.append("")
+    lines += [describe() + " Machine shared with other engineers' jobs while this ran.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--exact-limit", type=float, default=60.0)
+    parser.add_argument("--milp-limit", type=float, default=10.0)
+    parser.add_argument("--class-limit", type=float, default=30.0, help="decompose's time budget")
+    parser.add_argument("--output", type=Path, default=RESULT)
+    args = parser.parse_args(argv)
+    CASE_DIR.mkdir(parents=True, exist_ok=True)
+    for name in args.cases:
+        case = run_case(name, args.exact_limit, args.milp_limit, args.class_limit)
+        (CASE_DIR / f"{name}.json").write_text(json.dumps(case, indent=1), encoding="utf-8")
+        print(render([case]), file=sys.stderr)
+    files = [CASE_DIR / f"{n}.json" for n in CASES]
+    done = [json.loads(f.read_text(encoding="utf-8")) for f in files if f.exists()]
+    text = render(done)
+    args.output.write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
