@@ -19,12 +19,12 @@ from pyomo.contrib.appsi.solvers import Highs
 from comoe_opt import highs
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency import cuts, refine
-from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.solve import solve
 from comoe_opt.results import Status
 
-solve_module = importlib.import_module("comoe_opt.residency.solve")
+solve_module = importlib.import_module("comoe_opt.residency.milp")  # the models' phases
 
 
 class FakeClock:
@@ -84,15 +84,18 @@ def open_gap_problem():
     return dataclasses.replace(base, scenario_work_ms=s_work, search_moves=200)
 
 
-def slow_heuristics(monkeypatch, clock: FakeClock, total_s: float) -> None:
-    """Every heuristic of the warm start takes its share of `total_s` on the fake clock."""
+def slow_heuristics(monkeypatch, clock: FakeClock, seconds: float) -> list[str]:
+    """The warm start's first heuristic takes `seconds` on the fake clock; the names that ran."""
     real = solve_module._heuristic
+    ran: list[str] = []
 
     def slow(problem, name):
-        clock.advance(total_s / len(HEURISTICS))
+        clock.advance(0.0 if ran else seconds)
+        ran.append(name)
         return real(problem, name)
 
     monkeypatch.setattr(solve_module, "_heuristic", slow)
+    return ran
 
 
 # ------------------------------------------------------------------ the object
@@ -127,12 +130,13 @@ def test_an_unlimited_deadline_reports_no_limit():
 
 def test_highs_gets_what_the_warm_start_left(monkeypatch, highs_limits):
     clock = FakeClock()
-    slow_heuristics(monkeypatch, clock, 9.0)
-    result = solve_module.solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
+    ran = slow_heuristics(monkeypatch, clock, 9.0)
+    result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits and highs_limits[0] == pytest.approx(1.0)  # the replica MILP
     assert all(limit <= 1.0 + 1e-9 for limit in highs_limits)  # and any polish after it
     assert result.report["phases"]["warm_start"] == pytest.approx(9.0)
     assert result.report["time_limit_s"] == 10.0
+    assert len(ran) > 1  # 9 of 10 s: the warm start went on after its first heuristic
 
 
 def test_model_build_counts_against_the_deadline(monkeypatch, highs_limits):
@@ -144,7 +148,7 @@ def test_model_build_counts_against_the_deadline(monkeypatch, highs_limits):
         return real(problem)
 
     monkeypatch.setattr(solve_module, "build_replica_model", slow_build)
-    result = solve_module.solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
+    result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits[0] == pytest.approx(7.0)
     assert result.report["phases"]["model_build"] == pytest.approx(3.0)
     assert result.report["build_s"] == pytest.approx(3.0)
@@ -153,13 +157,13 @@ def test_model_build_counts_against_the_deadline(monkeypatch, highs_limits):
 def test_an_expired_warm_start_is_returned_flagged_without_a_milp(monkeypatch, highs_limits):
     clock = FakeClock()
     problem = spread_problem()
-    slow_heuristics(monkeypatch, clock, 12.0)  # the first heuristic alone passes the limit
-    result = solve_module.solve(problem, "milp", deadline=Deadline(1.0, clock))
+    ran = slow_heuristics(monkeypatch, clock, 12.0)  # the first heuristic alone passes the limit
+    result = solve(problem, "milp", deadline=Deadline(1.0, clock))
     assert highs_limits == []  # HiGHS never started, not even for the LP bound
     assert result.status is Status.TIME_LIMIT
     assert result.solution is not None and not check_feasible(problem, result.solution)
-    static = solve_module._heuristic(problem, "static")  # the only heuristic that ran
-    assert result.objective == pytest.approx(static.objective)
+    assert len(ran) == 1 and result.report["warm_start"] == ran[0]
+    assert result.objective == pytest.approx(solve_module._heuristic(problem, ran[0]).objective)
     assert result.objective == pytest.approx(score(problem, result.solution).total)
     assert result.bound == -math.inf  # no bound, and the report says why
     assert result.report["replica_model_bound_from"].startswith("none: the time limit passed")
@@ -178,7 +182,7 @@ def test_a_deadline_passed_during_the_hand_over_does_not_start_highs(monkeypatch
 
     monkeypatch.setattr(highs, "_hand_over", slow_hand_over)
     problem = spread_problem()
-    result = solve_module.solve(problem, "milp", deadline=Deadline(10.0, clock))
+    result = solve(problem, "milp", deadline=Deadline(10.0, clock))
     assert highs_limits == []
     assert result.status is Status.TIME_LIMIT and result.solution is not None  # the warm start
     assert result.report["replica_model_status"] == highs.NOT_STARTED
@@ -199,7 +203,7 @@ def test_the_lp_bound_gets_what_remains(monkeypatch, highs_limits):
         return real(model, **kwargs)
 
     monkeypatch.setattr(solve_module, "solve_with_highs", stopped_first)
-    result = solve_module.solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
+    result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits[0] == pytest.approx(4.0)
     assert result.report["replica_model_bound_from"].startswith("LP relaxation")
     assert math.isfinite(result.bound) and result.bound <= result.objective + 1e-9
@@ -214,7 +218,7 @@ def test_the_full_method_gets_what_its_build_left(monkeypatch, highs_limits):
         return real(problem)
 
     monkeypatch.setattr(solve_module, "build_full_model", slow_build)
-    result = solve_module.solve(spread_problem(), "full", deadline=Deadline(10.0, clock))
+    result = solve(spread_problem(), "full", deadline=Deadline(10.0, clock))
     assert highs_limits == [pytest.approx(6.0)]
     assert result.report["phases"]["full_model"] == pytest.approx(4.0)
 
@@ -287,12 +291,22 @@ def test_cut_rounds_stop_when_their_share_passes(monkeypatch):
     assert any(n.startswith("cut rounds: stopped") for n in deadline.notes)
 
 
+def test_the_cut_model_build_stops_between_layers(monkeypatch):
+    solves = []
+    monkeypatch.setattr(cuts.DirectModel, "solve", lambda self, **kw: solves.append(kw))
+    deadline = Deadline(2.0, FakeClock(step=1.0))  # passes at the second layer of the build
+    outcome = cuts.solve_with_cuts(open_gap_problem(), None, deadline=deadline, mip_gap=0.0)
+    assert solves == [] and outcome.rounds.rounds == 0
+    assert outcome.status is Status.TIME_LIMIT and outcome.bound == -math.inf and outcome.placement is None
+    assert deadline.notes == ["cut rounds: the time limit passed while the cut model was built"]
+
+
 def test_exact_ends_on_its_deadline_with_a_valid_bound(monkeypatch, highs_limits):
     """A clock that advances a fixed step per reading: `exact` with an unreachable gap must stop
     within a few readings of its limit, every phase inside it."""
     clock = FakeClock(step=0.01)
     problem = dataclasses.replace(open_gap_problem(), search_moves=20)
-    result = solve_module.solve(problem, "exact", mip_gap=0.0, deadline=Deadline(2.0, clock))
+    result = solve(problem, "exact", mip_gap=0.0, deadline=Deadline(2.0, clock))
     assert clock.now <= 2.0 + 0.1  # the few readings after the last check
     assert result.status is Status.TIME_LIMIT
     assert result.solution is not None and not check_feasible(problem, result.solution)
@@ -305,8 +319,8 @@ def test_exact_ends_on_its_deadline_with_a_valid_bound(monkeypatch, highs_limits
 
 def test_a_generous_deadline_changes_nothing(highs_limits):
     problem = spread_problem()
-    plain = solve_module.solve(problem, "milp", time_limit_s=60.0, mip_gap=0.0)
-    faked = solve_module.solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
+    plain = solve(problem, "milp", time_limit_s=60.0, mip_gap=0.0)
+    faked = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
     assert plain.objective == pytest.approx(faked.objective) and plain.status == faked.status
     assert plain.report["stopped_by_time_limit"] == [] and plain.status is Status.OPTIMAL
 
@@ -342,7 +356,7 @@ def test_rolling_and_gap_hand_each_window_its_time_limit(monkeypatch):
     from comoe_opt.trace import instance_batches
 
     limits: list[float] = []
-    real = solve_module.solve
+    real = solve
 
     def recording(problem, method, **kwargs):
         deadline = kwargs.get("deadline")

@@ -1,22 +1,24 @@
-"""The names `--help` lists, with what each does, kept here so that building the parser imports
-no solver: `comoe-opt --help` must not wait for Pyomo and OR-Tools.
+"""The names `--help` lists, with what each does: building the parser imports no solver
+(`comoe-opt --help` must not wait for Pyomo and OR-Tools); heuristics come from their registry,
+which loads none.
 
 tests/test_cli.py checks that these names are exactly the library's.
 """
 
 from __future__ import annotations
 
-RESIDENCY_METHODS: dict[str, str] = {
+from comoe_opt.residency.heuristics import HEURISTICS
+
+# the models; the heuristics declare themselves (residency/heuristics.py, imported without Pyomo)
+MODEL_METHODS: dict[str, str] = {
     "milp": "replica-count MILP (HiGHS) from the best heuristic, placed and refined: proven bound",
     "exact": "milp, then the exact scenario model by row generation: a proven gap on the scenario objective",
     "full": "plain MILP over every (layer, expert, chiplet): exact, for small instances",
     "lp": "LP relaxation bound of the replica-count model only (no placement)",
-    "static": "heuristic: each expert once, round-robin by popularity, no replicas",
-    "hot": "heuristic: replicas of the hottest experts by sliding-window frequency, in spare pages only",
-    "hot-evict": "hot, evicting the coldest experts to make room for its replicas",
-    "eplb": "DeepSeek's EPLB as published (hierarchical when groups divide over nodes)",
-    "eplb-distinct": "EPLB with no two replicas of one expert on one device",
-    "greedy": "heuristic: replicas where the objective falls most, one page at a time",
+}
+RESIDENCY_METHODS: dict[str, str] = {
+    **MODEL_METHODS,
+    **{name: f"heuristic: {h.description}" for name, h in HEURISTICS.items()},
 }
 
 STRATEGIES: dict[str, str] = {

@@ -18,12 +18,11 @@ import numpy as np
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
 from comoe_opt.planning.window import Plan, plan_window
+from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS
 from comoe_opt.results import SolveResult
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
-
-NO_LEASE = frozenset({"eplb", "eplb-distinct"})  # EPLB re-plans from scratch each time, as published
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +82,7 @@ def rolling_horizon(
     previous: Placement | None = None
     for w, (start, stop) in enumerate(spans):
         history = (start, stop) if foresight else history_span(spans, w, policy.history_windows)
-        leased = None if method in NO_LEASE else leases.active(w)
+        leased = leases.active(w) if keeps_leases(method) else None
         plan = plan_window(
             instance,
             batches.window(*history),
@@ -101,3 +100,8 @@ def rolling_horizon(
         yield WindowPlan(w, start, stop, history, plan, placement.pages_moved_from(previous))
         leases.renew(w, placement, previous)
         previous = placement
+
+
+def keeps_leases(method: str) -> bool:
+    """Whether `method` plans around leased replicas (heuristics declare it; models always do)."""
+    return method not in HEURISTICS or HEURISTICS[method].leases

@@ -1,10 +1,28 @@
 """The slow loop: expert residency and replicas of one window (problem, MILPs, heuristics).
 
-Planning window after window (the rolling horizon) is `comoe_opt.planning`'s job.
+Planning window after window (the rolling horizon) is `comoe_opt.planning`'s job. Names are
+imported on first use, so that reading the heuristics' registry or a `Placement` does not load
+the MILP stack (Pyomo, HiGHS).
 """
 
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
-from comoe_opt.residency.solve import RESIDENCY_METHODS, solve
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "Placement": "comoe_opt.residency.placement",
+    "ResidencyProblem": "comoe_opt.residency.problem",
+    "Tenant": "comoe_opt.residency.problem",
+    "residency_problem": "comoe_opt.residency.problem",
+    "RESIDENCY_METHODS": "comoe_opt.residency.solve",
+    "solve": "comoe_opt.residency.solve",
+}
 
 __all__ = ["RESIDENCY_METHODS", "Placement", "ResidencyProblem", "Tenant", "residency_problem", "solve"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -37,6 +37,8 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,17 +51,56 @@ from comoe_opt.residency.problem import ResidencyProblem
 HOT_REPLICA_SHARE = 0.2  # share of the pages `hot` spends on extra replicas
 
 
+@dataclass(frozen=True)
+class Heuristic:
+    """A slow-loop heuristic, declared where it is defined (`@heuristic`)."""
+
+    name: str
+    plan: Callable[[ResidencyProblem], Placement]
+    description: str  # one line for `--help`
+    leases: bool = True  # False: re-plans from scratch every window, keeping no leases (EPLB as published)
+    warm_start: bool = True  # cheap enough to run before every MILP as a warm start candidate
+
+    def __call__(self, problem: ResidencyProblem) -> Placement:
+        return self.plan(problem)
+
+
+HEURISTICS: dict[str, Heuristic] = {}  # name -> heuristic, in declaration order
+
+
+def heuristic(
+    name: str, description: str, *, leases: bool = True, warm_start: bool = True
+) -> Callable[[Callable[[ResidencyProblem], Placement]], Callable[[ResidencyProblem], Placement]]:
+    """Register the decorated function as the heuristic `name` (the name `--method` takes)."""
+
+    def register(plan: Callable[[ResidencyProblem], Placement]) -> Callable[[ResidencyProblem], Placement]:
+        if name in HEURISTICS:
+            raise ValueError(f"heuristic {name!r} is registered twice")
+        HEURISTICS[name] = Heuristic(name, plan, description, leases, warm_start)
+        return plan
+
+    return register
+
+
+def warm_starts() -> list[str]:
+    """The heuristics every MILP solve runs first, in order."""
+    return [name for name, h in HEURISTICS.items() if h.warm_start]
+
+
+@heuristic("static", "each expert once, most used first, block layout, no replicas")
 def static(problem: ResidencyProblem) -> Placement:
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     _fill_first_replicas(problem, counts, _popularity(problem), problem.page_limit)
     return block_placement(problem, counts)
 
 
+@heuristic("hot", "replicas of the hottest experts by window frequency, in spare pages only")
 def hot(problem: ResidencyProblem) -> Placement:
     """Hot replication in spare pages only."""
     return _hot(problem, evict=False)
 
 
+@heuristic("hot-evict", "hot, evicting the coldest experts to make room for its replicas")
 def hot_evict(problem: ResidencyProblem) -> Placement:
     """Hot replication that evicts the coldest experts for its replicas' share of the pages."""
     return _hot(problem, evict=True)
@@ -89,6 +130,7 @@ def _hot(problem: ResidencyProblem, evict: bool) -> Placement:
     return block_placement(problem, counts)
 
 
+@heuristic("eplb", "DeepSeek's EPLB as published (hierarchical when groups divide over nodes)", leases=False)
 def eplb(problem: ResidencyProblem) -> Placement:
     """Upstream EPLB per layer on the same slots per device (`eplb_slots`), or `eplb_distinct`
     where upstream's requirements do not hold.
@@ -129,6 +171,7 @@ def eplb_slots(problem: ResidencyProblem) -> int | None:
     return per_device * chiplets
 
 
+@heuristic("eplb-distinct", "EPLB with no two replicas of one expert on one device", leases=False)
 def eplb_distinct(problem: ResidencyProblem) -> Placement:
     """EPLB's replicate-then-pack, per layer, with distinct devices per expert. Each device gives
     every layer `capacity // layers` slots, as an EP deployment does, and its remaining pages one
@@ -209,6 +252,7 @@ def _eplb_pack(problem: ResidencyProblem, layer: int, counts: np.ndarray, slots:
     return out
 
 
+@heuristic("greedy", "replicas where the objective falls most, one page at a time")
 def greedy(problem: ResidencyProblem) -> Placement:
     counts = np.zeros((problem.layers, problem.experts), dtype=np.int64)
     limit = problem.page_limit
@@ -254,16 +298,6 @@ def greedy(problem: ResidencyProblem) -> Placement:
             heapq.heappush(heap, (-g, layer, e))
     # pages the gains leave unused hold flexible replicas: they never raise the objective (fill.py)
     return fill_spare(problem, assign_replicas(problem, counts))
-
-
-HEURISTICS = {
-    "static": static,
-    "hot": hot,
-    "hot-evict": hot_evict,
-    "eplb": eplb,
-    "eplb-distinct": eplb_distinct,
-    "greedy": greedy,
-}
 
 
 # ---------------------------------------------------------------- helpers

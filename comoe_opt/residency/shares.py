@@ -13,8 +13,6 @@ NoP as the cost; the scenario makespans (scenarios.py) use it without.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import linprog
 
 
 def share_lp(
@@ -45,6 +43,9 @@ def solve_share_lp(
     work: np.ndarray, cost: np.ndarray, active: np.ndarray, allowed: np.ndarray
 ) -> tuple[float, float, np.ndarray]:
     """The share LP through HiGHS, for the `active` experts on their `allowed` [A, C] chiplets."""
+    import scipy.sparse as sp  # here: placements scored by cuts or by forced shares need no SciPy
+    from scipy.optimize import linprog
+
     experts, chiplets = work.shape
     shares = np.zeros((experts, chiplets))
     e_idx, c_idx = np.nonzero(allowed)

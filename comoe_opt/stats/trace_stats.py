@@ -17,13 +17,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from comoe_opt.stats.transitions import transition_counts
 from comoe_opt.trace.model import AggregateTrace, Trace, selection_counts
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOLDOUT_EVERY = 5  # every 5th sequence (or token) is held out for predictability
 
@@ -192,6 +194,8 @@ def _layer_table(
             "popularity_guess": accuracy[li][1] if has_next and accuracy else np.nan,
         }
         rows.append(row)
+    import pandas as pd  # here: only the report's table needs pandas; planning loads none
+
     return pd.DataFrame(rows)
 
 

@@ -1,0 +1,501 @@
+"""The slow loop's models: `milp`, `exact`, `full` and `lp` (formulations/residency.md).
+
+* `milp`: the replica-count MILP (HiGHS via Pyomo), warm-started from the best
+  heuristic, gives a proven lower bound and replica counts; the counts are
+  placed on chiplets and scored exactly. The result is the better of that
+  placement and the warm start, so it is never worse than any warm-start heuristic.
+  With balance scenarios, a local search (refine.py) then improves the
+  placement — or the previous window's, when that is better — on them.
+  A warm start that breaks a constraint is skipped, never fatal.
+* `exact`: `milp`, then, with balance scenarios on related chiplets, the
+  exact scenario model over x[l,e,c] by row generation (cuts.py) until the
+  gap or the time limit: a proven gap on the scenario objective.
+* `full`: the plain residency MILP over x[l,e,c], balance scenarios included
+  (exact, for small instances).
+* `lp`: the LP relaxation bound of the replica-count model (no placement).
+
+Reached through `residency.solve.solve`, which imports this module only for these methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import numpy as np
+import pyomo.environ as pyo
+
+from comoe_opt.deadline import Deadline
+from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
+from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.cuts import ExactOutcome, cut_model_applies, solve_with_cuts
+from comoe_opt.residency.fill import fill_spare
+from comoe_opt.residency.heuristic_solve import heuristic_result as _heuristic
+from comoe_opt.residency.heuristics import warm_starts
+from comoe_opt.residency.models import (
+    build_full_model,
+    build_replica_model,
+    full_model_placement,
+    replica_counts,
+    set_full_start,
+    set_replica_counts,
+)
+from comoe_opt.residency.objective import check_feasible, score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.refine import refine
+from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
+
+
+def solve_milp(
+    problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
+) -> SolveResult[Placement]:
+    """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
+    scenarios, then the exact scenario model (cuts.py) to the gap or the deadline.
+
+    Cheap phases run first, open-ended ones last with what remains; a phase that finds the
+    deadline passed is skipped and the report says so (formulations/residency.md, "Time limit").
+    """
+    with deadline.phase("warm_start"):
+        heuristics = _feasible_heuristics(problem, deadline)
+    warm = min(heuristics, key=lambda r: r.objective) if heuristics else None
+    best = _Incumbent.of(warm)
+    replica = _solve_replica_model(problem, warm, deadline, mip_gap)
+    outcome = replica.outcome
+    if replica.counts is not None:
+        with deadline.phase("place"):  # runs even past the deadline: it is the MILP's answer
+            best.offer(problem, assign_replicas(problem, replica.counts), "replica-count MILP")
+    # the constant part is not in the model: HiGHS's gap is on what a placement changes
+    bound, bound_source = _replica_bound(problem, outcome, deadline)
+    polish = cuts = None
+    outcome_status = outcome.status
+    _fill_and_search(best, problem, deadline)
+    if exact and cut_model_applies(problem):
+        if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
+            cuts = _cut_rounds(problem, best, deadline, mip_gap)
+            if cuts is not None:
+                bound = max(bound, cuts.bound)
+                outcome_status = cuts.status
+        _longer_searches(problem, best, bound, deadline, mip_gap)
+        if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
+            outcome_status = Status.TIME_LIMIT
+    elif _gap(problem, best.objective, bound) > mip_gap and _small(problem):
+        polish = _polish(problem, best, deadline, mip_gap, replica.seconds_per_row)
+        if polish is not None:
+            bound = max(bound, polish.bound)
+            if polish.status.has_solution and best.offer(problem, polish.solution, "full MILP"):
+                _fill_and_search(best, problem, deadline)
+            # a polish without a solution ran out of time
+            outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
+    bound = _tidy_bound(bound, best.objective)
+    status = _status(outcome_status, best.objective, bound, mip_gap, problem.constant_ms)
+    if status is Status.FEASIBLE and deadline.touched:
+        status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
+    if best.placement is None:
+        status = Status.NO_SOLUTION if status.has_solution else status
+    report = {
+        **best.terms,
+        "placement_from": best.source,
+        "warm_start": None if warm is None else warm.method,
+        "warm_start_objective": None if warm is None else warm.objective,
+        "replica_model_objective": outcome.objective + problem.constant_ms,
+        "replica_model_status": outcome.solver_status,
+        "replica_model_bound_from": bound_source,
+        "build_s": replica.build_s,
+        "solver_s": outcome.runtime_s,
+        "full_model_bound": None if polish is None else polish.bound,
+        "cut_rounds": None if cuts is None else cuts.rounds.rounds,
+        "cuts": None if cuts is None else cuts.rounds.cuts,
+        "cut_model_bound": None if cuts is None else cuts.bound,
+        "cut_model": _cut_model_note(problem, exact),
+        **deadline.report(),
+    }
+    method = "exact" if exact else "milp"
+    return SolveResult(
+        method, status, best.objective, bound, report["total_s"], best.placement, report, problem.constant_ms
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _ReplicaSolve:
+    """The replica-count MILP's outcome, its replica counts (None without a solution), its
+    build time, and what building and handing over one row took (to foresee the full model's)."""
+
+    outcome: HighsOutcome
+    counts: np.ndarray | None
+    build_s: float
+    seconds_per_row: float
+
+
+def _solve_replica_model(
+    problem: ResidencyProblem, warm: SolveResult[Placement] | None, deadline: Deadline, mip_gap: float
+) -> _ReplicaSolve:
+    if deadline.expired():
+        deadline.skip("model_build and milp")
+        return _ReplicaSolve(_SKIPPED, None, 0.0, math.inf)
+    began = deadline.clock()
+    with deadline.phase("model_build"):
+        model = build_replica_model(problem)
+        if warm is not None:
+            set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
+    build_s = deadline.clock() - began
+    with deadline.phase("milp"):
+        outcome = solve_with_highs(model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline)
+        solved = outcome.status.has_solution and math.isfinite(outcome.objective)
+        counts = replica_counts(model, problem) if solved else None
+    _note_highs("milp", outcome, deadline)
+    per_row = (build_s + outcome.handover_s) / max(model.nconstraints(), 1)
+    return _ReplicaSolve(outcome, counts, build_s, per_row)
+
+
+def _note_highs(phase: str, outcome: HighsOutcome, deadline: Deadline) -> None:
+    """Say when HiGHS did not start, or stopped, on the deadline."""
+    if outcome.solver_status == NOT_STARTED:
+        deadline.note(f"{phase}: {NOT_STARTED}")
+    elif outcome.status is Status.TIME_LIMIT:
+        deadline.note(f"{phase}: HiGHS stopped at the time limit")
+
+
+_SKIPPED = HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, 0.0, "not started: the time limit had passed")
+
+
+def _replica_bound(problem: ResidencyProblem, outcome: HighsOutcome, deadline: Deadline) -> tuple[float, str]:
+    """The replica model's bound (a lower bound of the full model, formulations/residency.md), or
+    its LP relaxation's when it stopped before its root bound and time is left."""
+    bound = outcome.bound + problem.constant_ms
+    if math.isfinite(bound):
+        return bound, "replica-count MILP"
+    if deadline.expired():
+        deadline.skip("lp_bound")
+        return bound, "none: the time limit passed before any bound was proven"
+    with deadline.phase("lp_bound"):
+        relaxed = _lp_relaxation(problem, deadline)
+    if relaxed.status is Status.OPTIMAL:
+        bound = relaxed.objective + problem.constant_ms
+        return bound, "LP relaxation (the MILP stopped before its root bound)"
+    return -math.inf, f"none: the LP relaxation ended {relaxed.status.value} too"
+
+
+def _fill_and_search(best: _Incumbent, problem: ResidencyProblem, deadline: Deadline) -> None:
+    """Ties toward flexibility (fill.py), then the scenario search (refine.py), while time is left."""
+    if best.placement is None:
+        return
+    steps = [("fill", best.fill_ties)]
+    if problem.scenarios and problem.search_moves:
+        steps.append(("search", lambda p: best.search(p, deadline)))
+    for name, step in steps:
+        if deadline.expired():
+            deadline.skip(name)
+            continue
+        with deadline.phase(name):
+            step(problem)
+
+
+def _cut_rounds(
+    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float
+) -> ExactOutcome | None:
+    """The exact scenario model's rounds on `EXACT_PROOF_SHARE` of the time left (the bound settles
+    in the first rounds; the rest searches); None when no time is left."""
+    if deadline.expired():
+        deadline.skip("cut_rounds")
+        return None
+    share = deadline.share(EXACT_PROOF_SHARE)
+    with deadline.phase("cut_rounds"):
+        # a round's placement is searched on the whole deadline: the search is not the proof's
+        cuts = solve_with_cuts(
+            problem, best.placement, deadline=share, mip_gap=mip_gap, improve=_improver(problem, deadline)
+        )
+    if cuts.placement is not None:
+        best.offer(problem, cuts.placement, "scenario cut model")
+    return cuts
+
+
+def _longer_searches(
+    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
+) -> None:
+    """`exact` spends what time the proof leaves on longer searches, a new seed each, while the
+    gap is open: they end on the deadline by design."""
+    if best.placement is None or not problem.search_moves:
+        return
+    seed = 1
+    with deadline.phase("longer_search"):
+        while _gap(problem, best.objective, bound) > mip_gap:
+            if deadline.expired():
+                if seed == 1:
+                    deadline.skip("longer_search")
+                else:
+                    deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
+                break
+            best.search_longer(problem, seed, deadline)
+            seed += 1
+
+
+def _polish(
+    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float, seconds_per_row: float
+) -> SolveResult[Placement] | None:
+    """The full model's polish when its build and hand-over, foreseen at the replica model's
+    pace per row, take at most `POLISH_BUILD_SHARE` of the time left (the pace varies on a busy
+    machine, and HiGHS needs the rest); None when skipped."""
+    if deadline.expired():
+        deadline.skip("polish")
+        return None
+    foreseen = _full_model_rows(problem) * seconds_per_row
+    if foreseen > POLISH_BUILD_SHARE * deadline.remaining():
+        deadline.note(
+            f"polish: skipped, building the full model takes about {foreseen:.2g} s of the"
+            f" {deadline.remaining():.2g} s left"
+        )
+        return None
+    with deadline.phase("polish"):
+        return _polish_with_full_model(problem, best.placement, deadline, mip_gap)
+
+
+def _full_model_rows(problem: ResidencyProblem) -> int:
+    """Constraints of `build_full_model` (the polish's size, for foreseeing its build time)."""
+    L, E, C, S = problem.layers, problem.experts, problem.chiplets, problem.scenarios
+    # any_copy and on_replica (y_on_replica with scenarios), resident, replicas, capacity, budget, quotas
+    common = 2 * L * E * C + 2 * L * E + C + 1 + len(problem.tenants)
+    if not S:
+        return common + L * E + L * C  # split, makespan
+    busy = int((problem.scenario_work_ms.max(axis=3) > 0).sum())  # (l, s, e) with work
+    return common + busy * (C + 1) + L * S * C + L * E  # split, on_replica, makespan, nearest
+
+
+class _Incumbent:
+    """The best placement found so far, with where it came from and its objective terms."""
+
+    def __init__(self, placement: Placement | None, objective: float, source: str, terms: dict):
+        self.placement, self.objective, self.source, self.terms = placement, objective, source, terms
+
+    @classmethod
+    def of(cls, result: SolveResult[Placement] | None) -> _Incumbent:
+        if result is None:
+            return cls(None, math.inf, "none", {})
+        return cls(result.solution, result.objective, f"warm start ({result.method})", result.report)
+
+    def offer(self, problem: ResidencyProblem, placement: Placement, source: str) -> bool:
+        """Keep `placement` if it is feasible and better; whether it was kept."""
+        if check_feasible(problem, placement):
+            return False
+        scored = score(problem, placement)
+        if scored.total < self.objective:
+            self.placement, self.objective, self.source, self.terms = (
+                placement,
+                scored.total,
+                source,
+                scored.to_dict(),
+            )
+            return True
+        return False
+
+    def fill_ties(self, problem: ResidencyProblem) -> None:
+        """Spare pages take flexible replicas when the objective stays the same (fill.py)."""
+        filled = fill_spare(problem, self.placement)
+        if filled is self.placement:
+            return
+        scored = score(problem, filled)
+        if scored.total <= self.objective + 1e-9 * max(1.0, abs(self.objective)):
+            spare = filled.pages - self.placement.pages
+            self.placement, self.objective = filled, scored.total
+            self.terms = {**scored.to_dict(), "spare_replicas": spare}
+
+    def search(self, problem: ResidencyProblem, deadline: Deadline) -> None:
+        """Local search on the scenarios from the best placement so far, or the previous one if better."""
+        start, start_objective = self.placement, self.objective
+        previous = problem.previous
+        if previous is not None and not check_feasible(problem, previous):
+            kept = score(problem, previous).total
+            if kept < start_objective:
+                start = previous
+        found = refine(problem, start, deadline=deadline)
+        before = self.source
+        self.offer(problem, found, f"{before} + scenario search")
+
+    def search_longer(self, problem: ResidencyProblem, seed: int, deadline: Deadline) -> None:
+        """One more search of `EXACT_SEARCH_FACTOR` times the moves from the best so far, with its
+        own seed (`exact` spends what time the proof leaves on the incumbent)."""
+        longer = dataclasses.replace(problem, search_moves=problem.search_moves * EXACT_SEARCH_FACTOR)
+        found = refine(longer, self.placement, seed=seed, deadline=deadline)
+        if self.source.endswith("+ longer search"):
+            self.offer(problem, found, self.source)
+        else:
+            self.offer(problem, found, f"{self.source} + longer search")
+
+
+EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut model's rounds
+EXACT_SEARCH_FACTOR = (
+    10  # ... then longer searches of this many times policy.search_moves, while time is left
+)
+FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
+FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
+POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
+POLISH_BUILD_SHARE = 0.5  # ... run only when its foreseen build takes at most this share of the time left
+
+
+CUT_MODEL_BINARIES = 131072  # above this many x[l,e,c], `exact` searches instead of building the cut model
+# (deepseek-v3-ep32, 475,136 binaries: no cut round finished in 60 s; formulations/residency.md)
+
+
+def _cut_model_fits(problem: ResidencyProblem) -> bool:
+    return problem.layers * problem.experts * problem.chiplets <= CUT_MODEL_BINARIES
+
+
+def _cut_model_note(problem: ResidencyProblem, exact: bool) -> str | None:
+    if not exact:
+        return None
+    if not cut_model_applies(problem):
+        return "not exact here (no balance scenarios, or chiplets not related by one speed factor)"
+    if not _cut_model_fits(problem):
+        return f"not built: more than {CUT_MODEL_BINARIES} binaries x[l,e,c]; the time went to the search"
+    return "built"
+
+
+def _small(problem: ResidencyProblem) -> bool:
+    binaries = problem.layers * problem.experts * problem.chiplets
+    return binaries <= FULL_MODEL_BINARIES and binaries * problem.scenarios <= FULL_MODEL_SHARES
+
+
+def _polish_with_full_model(
+    problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float
+) -> SolveResult[Placement]:
+    """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
+    # with scenarios the full model rarely closes (its LP bound is the mean load's); a node limit,
+    # not the clock, ends it, so that `milp` gives the same placement on any machine
+    nodes = {"mip_max_nodes": POLISH_NODES} if problem.scenarios else None
+    return _solve_full_model(problem, start, deadline=deadline, mip_gap=mip_gap / 2, options=nodes)
+
+
+def _solve_full_model(
+    problem: ResidencyProblem,
+    start: Placement | None,
+    *,
+    deadline: Deadline,
+    mip_gap: float,
+    options: dict | None = None,
+) -> SolveResult[Placement]:
+    """Solve `build_full_model` (exact, scenarios included); objective and bound with the constant.
+    The build counts against the deadline; HiGHS gets what remains after the hand-over."""
+    t0 = time.perf_counter()
+    model = build_full_model(problem)
+    if start is not None:
+        set_full_start(model, problem, start.resident)
+    build_s = time.perf_counter() - t0
+    outcome = solve_with_highs(
+        model, mip_gap=mip_gap, warm_start=start is not None, options=options, deadline=deadline
+    )
+    _note_highs("full model", outcome, deadline)
+    constant = problem.constant_ms
+    bound = outcome.bound + constant
+    report = {
+        "solver_objective": outcome.objective + constant,
+        "solver_status": outcome.solver_status,
+        "build_s": build_s,
+        "solver_s": outcome.runtime_s,
+    }
+    placement = Placement(full_model_placement(model, problem)) if outcome.status.has_solution else None
+    if placement is None or check_feasible(problem, placement):
+        status = Status.NO_SOLUTION if outcome.status.has_solution else outcome.status
+        return SolveResult("full", status, math.inf, bound, time.perf_counter() - t0, None, report, constant)
+    terms = score(problem, placement)
+    bound = _tidy_bound(bound, terms.total)
+    status = _status(outcome.status, terms.total, bound, mip_gap, constant)
+    return SolveResult(
+        "full",
+        status,
+        terms.total,
+        bound,
+        time.perf_counter() - t0,
+        placement,
+        {**terms.to_dict(), **report},
+        constant,
+    )
+
+
+def _improver(problem: ResidencyProblem, deadline: Deadline):
+    """The local search on the scenarios, as the cut model's per-round improvement (or None)."""
+    if not problem.search_moves:
+        return None
+    return lambda placement: refine(problem, placement, deadline=deadline)
+
+
+def _feasible_heuristics(problem: ResidencyProblem, deadline: Deadline) -> list[SolveResult[Placement]]:
+    """Every warm-start heuristic whose placement satisfies the problem (one that fails is skipped),
+    until the deadline passes once one has a placement."""
+    found: list[SolveResult[Placement]] = []
+    names = warm_starts()
+    for k, name in enumerate(names):
+        if found and deadline.expired():
+            deadline.note(f"warm start: stopped by the time limit after {k} of {len(names)} heuristics")
+            break
+        result = _heuristic(problem, name)
+        if result.status.has_solution:
+            found.append(result)
+    return found
+
+
+def _gap(problem: ResidencyProblem, objective: float, bound: float) -> float:
+    return relative_gap(objective, bound, problem.constant_ms)
+
+
+def _tidy_bound(bound: float, objective: float) -> float:
+    """A dual bound above the objective by solver round-off only is the objective itself;
+    a larger excess is left visible (it would mean a wrong bound)."""
+    if objective < bound <= objective + 1e-7 * max(1.0, abs(objective)):
+        return objective
+    return bound
+
+
+def _status(solver: Status, objective: float, bound: float, mip_gap: float, constant: float) -> Status:
+    if solver in (Status.INFEASIBLE, Status.UNBOUNDED, Status.ERROR):
+        return solver
+    if relative_gap(objective, bound, constant) <= mip_gap + BOUND_TOLERANCE:  # solver round-off
+        return Status.OPTIMAL
+    return Status.TIME_LIMIT if solver == Status.TIME_LIMIT else Status.FEASIBLE
+
+
+def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> SolveResult[Placement]:
+    """The plain x[l,e,c] model (exact, balance scenarios included); for small instances."""
+    if deadline.expired():
+        deadline.skip("full_model")
+        report = deadline.report()
+        return SolveResult("full", Status.TIME_LIMIT, math.inf, -math.inf, report["total_s"], None, report,
+                           problem.constant_ms)  # fmt: skip
+    with deadline.phase("full_model"):
+        result = _solve_full_model(problem, None, deadline=deadline, mip_gap=mip_gap)
+    report = {**result.report, **deadline.report()}
+    return dataclasses.replace(result, runtime_s=report["total_s"], report=report)
+
+
+def solve_lp(problem: ResidencyProblem, deadline: Deadline | None = None) -> SolveResult[Placement]:
+    """The LP relaxation of the replica-count model: its value is a bound only when solved to
+    optimality (an LP stopped on time proves nothing)."""
+    deadline = Deadline(math.inf) if deadline is None else deadline
+    with deadline.phase("lp"):
+        outcome = _lp_relaxation(problem, deadline)
+    value = outcome.objective + problem.constant_ms
+    solved = outcome.status is Status.OPTIMAL
+    report = {
+        "relaxation": "LP of the replica-count model",
+        "solver_status": outcome.solver_status,
+        **deadline.report(),
+    }
+    return SolveResult(
+        "lp",
+        outcome.status,
+        value if solved else math.inf,
+        value if solved else -math.inf,
+        report["total_s"],
+        None,
+        report,
+        problem.constant_ms,
+    )
+
+
+def _lp_relaxation(problem: ResidencyProblem, deadline: Deadline) -> HighsOutcome:
+    if deadline.expired():
+        deadline.skip("lp")
+        return _SKIPPED
+    model = build_replica_model(problem)
+    pyo.TransformationFactory("core.relax_integer_vars").apply_to(model)
+    return solve_with_highs(model, deadline=deadline)
