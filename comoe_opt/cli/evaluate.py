@@ -11,7 +11,7 @@ from comoe_opt.cli.choices import DEFAULT_PAPER_INSTANCE, DEFAULT_REGIME_INSTANC
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
-from comoe_opt.evaluator.runs import eval_run, run_many
+from comoe_opt.evaluator.runs import eval_run, run_many, trace_regime
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.files import writable_folder
 from comoe_opt.instance import Instance, load_instance, packaged_instance, with_overrides
@@ -45,10 +45,17 @@ def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
         writable_folder(out, "--placements-out")
     rows = run_many([eval_run(instance, s, args.micro_batches, out) for s in names], args.jobs)
     peers = peer_summary(rows)
-    text = format_rows(instance.name, rows)
+    regime = trace_regime(instance, args.micro_batches)
+    text = format_rows(instance.name, rows) + "\n" + regime.summary()
     if peers is not None:
         text += "\n" + format_peers(peers)
-    return {"instance": instance.name, "results": rows, "peers": peers, "_text": text}
+    return {
+        "instance": instance.name,
+        "results": rows,
+        "peers": peers,
+        "regime": regime.to_dict(),
+        "_text": text,
+    }
 
 
 def format_peers(peers: dict[str, Any]) -> str:

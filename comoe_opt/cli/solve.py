@@ -14,6 +14,7 @@ from comoe_opt.instance import Instance, load_instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.residency import Placement
 from comoe_opt.results import SolveResult
+from comoe_opt.stats.regime import batch_regime
 from comoe_opt.trace import load_batches
 from comoe_opt.trace.batching import MicroBatches
 
@@ -48,6 +49,10 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
         if args.export:
             report["launch_flags"] = launch_flags(args.export, args.output, result.solution)
     report["_text"] = _format(instance, result, report.get("output"), problem.scenarios)
+    if counts is None:  # the window's tokens say whether a replica can shorten a layer
+        regime = batch_regime(history.experts, history.num_experts, instance.costs)
+        report["regime"] = regime.to_dict()
+        report["_text"] += "\n  " + regime.summary()
     if "launch_flags" in report:
         report["_text"] += f"\n  launch the engine with: {report['launch_flags']}"
     return report

@@ -19,6 +19,7 @@ from comoe_opt.evaluator.strategies import strategy as strategy_named
 from comoe_opt.files import atomic_path
 from comoe_opt.instance import FileTrace, Instance, instance_from_table, to_table
 from comoe_opt.parallel import parallel_map
+from comoe_opt.stats.regime import Regime, batch_regime
 from comoe_opt.trace import instance_batches
 from comoe_opt.trace.batching import MicroBatches
 
@@ -56,6 +57,14 @@ def evaluate_strategy(
         "attention_ms": instance.runtime.attention_ms,
         "runtime_s": time.perf_counter() - start,
     }
+
+
+def trace_regime(instance: Instance, micro_batches: int = 0) -> Regime:
+    """Weight-read or compute bound on the trace `evaluate_strategy` replays (stats/regime.py)."""
+    batches = _batches(instance)
+    if micro_batches:
+        batches = batches.window(0, min(micro_batches, batches.batches))
+    return batch_regime(batches.experts, batches.num_experts, instance.costs)
 
 
 _SYNTHETIC: dict[str, MicroBatches] = {}
