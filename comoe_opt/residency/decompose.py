@@ -679,3 +679,21 @@ def _incumbent(
     values = [score(problem, c).total for c in candidates]
     i = int(np.argmin(values))
     return candidates[i], float(values[i])
+
+
+def class_lp_bound(problem: ResidencyProblem, time_limit_s: float | None = None) -> float | None:
+    """The class model's LP relaxation bound (with `problem.constant_ms`), or None where the class
+    model does not apply (no scenarios, unrelated speeds, too many classes) or the LP did not
+    finish. `exact` takes it beside the cut model's bound: on GPT-OSS windows it is the bound the
+    cut rounds reach, in a fraction of a second."""
+    try:
+        classes = device_classes(problem)
+    except ComoeError:
+        return None
+    model = ClassModel(problem, classes, list(range(problem.layers)))
+    n = model.lp.h.getNumCol()
+    model.lp.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.uint8))
+    outcome = model.lp.solve(time_limit_s=time_limit_s)
+    if outcome.status is not Status.OPTIMAL:
+        return None
+    return outcome.objective + problem.constant_ms

@@ -71,12 +71,16 @@ def solve_milp(
     polish = cuts = None
     outcome_status = outcome.status
     _fill_and_search(best, problem, deadline)
+    class_bound = None
     if exact and cut_model_applies(problem):
         if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
             cuts = _cut_rounds(problem, best, deadline, mip_gap)
             if cuts is not None:
                 bound = max(bound, cuts.bound)
                 outcome_status = cuts.status
+            # after the rounds, so that they run as before; it can only raise the bound
+            class_bound = _class_bound(problem, deadline)
+            bound = max(bound, class_bound if class_bound is not None else -math.inf)
         _longer_searches(problem, best, bound, deadline, mip_gap)
         if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
             outcome_status = Status.TIME_LIMIT
@@ -109,6 +113,7 @@ def solve_milp(
         "cuts": None if cuts is None else cuts.rounds.cuts,
         "cut_model_bound": None if cuts is None else cuts.bound,
         "cut_model": _cut_model_note(problem, exact),
+        "class_bound": class_bound,
         **deadline.report(),
     }
     method = "exact" if exact else "milp"
@@ -209,6 +214,17 @@ def _cut_rounds(
     if cuts.placement is not None:
         best.offer(problem, cuts.placement, "scenario cut model")
     return cuts
+
+
+def _class_bound(problem: ResidencyProblem, deadline: Deadline) -> float | None:
+    """The hop-class model's LP bound (decompose.py, "Layer decomposition bound"), where the cut
+    model is built; None when skipped or not applicable."""
+    if deadline.expired() or not _cut_model_fits(problem):
+        return None
+    from comoe_opt.residency.decompose import class_lp_bound  # only `exact` needs it
+
+    with deadline.phase("class_bound"):
+        return class_lp_bound(problem, time_limit_s=deadline.remaining())
 
 
 def _longer_searches(
