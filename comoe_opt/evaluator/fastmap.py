@@ -104,7 +104,7 @@ def _flow(
     """
     used, tokens = np.unique(experts, return_counts=True)
     unit_ms = np.maximum(rt.speeds.read_ms, float(np.median(tokens)) * rt.speeds.flop_ms)
-    ready_ms = _ready_ms(rt, published, buffered, ahead_ms)[used]
+    ready_ms = _ready_ms(rt, layer, published, buffered, ahead_ms)[used]
     units = np.arange(used.size, dtype=np.int64)[:, None]
     chosen = _solve_flow(rt, layer, units, ready_ms, unit_ms, published[used])
     chiplet_of = np.empty(rt.E, dtype=np.int64)
@@ -122,16 +122,20 @@ def _token_flow(
 ) -> np.ndarray:
     """Min-cost flow over (token, expert) pairs, for instances that balance tokens
     (`policy.balance = "tokens"`: compute-bound devices, serving engines)."""
-    ready_ms = _ready_ms(rt, published, buffered, ahead_ms)
+    ready_ms = _ready_ms(rt, layer, published, buffered, ahead_ms)
     return _solve_flow(rt, layer, experts, ready_ms, rt.speeds.flop_ms, published)
 
 
-def _ready_ms(rt: Runtime, published: np.ndarray, buffered: np.ndarray, ahead_ms: float) -> np.ndarray:
+def _ready_ms(
+    rt: Runtime, layer: int, published: np.ndarray, buffered: np.ndarray, ahead_ms: float
+) -> np.ndarray:
     """[E, C] when each chiplet could start an expert: 0 on a replica, the buffered page's
-    arrival, or — for an expert with neither — an on-demand load to any chiplet."""
+    arrival, or — for an expert with neither — an on-demand load to its home chiplet. The load
+    stays in that chiplet's buffer; homes spread the experts without a replica over the chiplets
+    (LPT), so later micro-batches find their pages again instead of evicting each other."""
     ready = np.where(published, 0.0, buffered)
-    no_copy = ~np.isfinite(ready).any(axis=1)
-    ready[no_copy] = ahead_ms + rt.page_ms
+    no_copy = np.flatnonzero(~np.isfinite(ready).any(axis=1))
+    ready[no_copy, rt.home[layer, no_copy]] = ahead_ms + rt.page_ms
     return ready
 
 

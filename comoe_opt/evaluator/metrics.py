@@ -16,6 +16,8 @@ def summarize(log: SampleLog) -> dict[str, float]:
     distinct = np.asarray(log.distinct_experts, dtype=float)
     factor = float(np.mean(pages / np.maximum(distinct, 1))) if pages.size else 0.0
     batches = lat.shape[0]
+    in_use = log.batch_pages + log.buffered_in_use
+    paper_factor = float(np.mean(in_use / np.maximum(log.batch_distinct, 1))) if batches else 0.0
     return {
         "mean_ms": float(lat.mean()),
         "p95_ms": float(np.percentile(lat, 95)),
@@ -28,8 +30,12 @@ def summarize(log: SampleLog) -> dict[str, float]:
         "token_imbalance_mean": float(log.imbalance_tokens.mean()),
         "replica_factor": factor,
         "extra_replica_ratio": factor - 1.0 if pages.size else 0.0,
+        # the paper's accounting: (placed + buffered copies tokens read) / distinct, per micro-batch
+        "replica_factor_paper": paper_factor,
+        "buffered_in_use_per_batch": float(log.buffered_in_use.mean()) if batches else 0.0,
         "energy_mj_per_layer": float(log.energy_mj.mean()),
         "prefetch_issued": int(log.prefetch_issued),
+        "prefetch_denied": int(log.prefetch_denied),
         "prefetch_accuracy": float(log.prefetch_used / log.prefetch_issued) if log.prefetch_issued else 0.0,
         "prefetch_wasted_gb_per_batch": float(log.prefetch_wasted_bytes / GB / batches),
         "pages_migrated": int(log.pages_migrated),

@@ -15,8 +15,16 @@ micro-batch goes through the layers one after another. At each layer:
 3. the layer's latency comes from `layer.py` (dispatch, page waits, roofline
    execution, reduction); on-demand loads share the die-to-die link;
 4. prefetches for the next layer are issued from the transition graph's
-   confidence tiers, limited by bandwidth credits, on the lowest-priority
-   channel (behind on-demand loads unless priorities are off).
+   confidence tiers, most confident first, on the preemptible prefetch
+   channel: a page is issued only while the channel's credit lets it land
+   before the next layer is routed (its backlog and its share of the link
+   decide), so the less confident pages give up first.
+
+The die-to-die link carries three virtual channels (`_Link`): token/result,
+weight load (on-demand loads first, re-plan copies in the background) and
+prefetch. Without credits and priorities (the ablation) they collapse into
+one FIFO: tokens and on-demand loads wait behind the page bytes queued
+ahead of them (head-of-line blocking).
 
 Every number is recorded per (micro-batch, layer) in a `SampleLog`.
 Formulations and constants: formulations/latency.md.
@@ -56,6 +64,7 @@ class SampleLog:
     demand_load_bytes: np.ndarray  # on-demand only
     energy_mj: np.ndarray
     prefetch_issued: int = 0
+    prefetch_denied: int = 0  # candidates refused: no credit left to land before the next layer
     prefetch_used: int = 0
     prefetch_wasted_bytes: float = 0.0
     pages_migrated: int = 0  # re-plan copies that landed
@@ -66,13 +75,19 @@ class SampleLog:
     windows: list[dict] = field(default_factory=list)  # per plan used: when, and its copies (placements_out)
     resident_pages: list[int] = field(default_factory=list)
     distinct_experts: list[int] = field(default_factory=list)
+    # per micro-batch: pages of the plan in use, its distinct experts, and buffered pages tokens read
+    batch_pages: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    batch_distinct: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    buffered_in_use: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @classmethod
     def empty(cls, batches: int, layers: int) -> SampleLog:
         def z() -> np.ndarray:
             return np.zeros((batches, layers))
 
-        return cls(z(), z(), z(), z(), z(), z(), z(), z())
+        log = cls(z(), z(), z(), z(), z(), z(), z(), z())
+        log.batch_pages, log.batch_distinct, log.buffered_in_use = (np.zeros(batches) for _ in range(3))
+        return log
 
 
 @dataclass
@@ -109,6 +124,66 @@ class _Buffers:
     def drop(self, layer: int, chiplet: int, expert: int) -> None:
         self.pages[chiplet].pop((layer, expert), None)
         self.arrival[layer, expert, chiplet] = np.inf
+
+
+@dataclass
+class _Link:
+    """The die-to-die link's channels, each as the time (ms) until which it is busy.
+
+    With virtual channels (`vcs`): token/result traffic has a channel of its own and never waits
+    for pages; on-demand loads preempt all other page traffic (`demand`); re-plan copies queue in
+    the background (`background`) and prefetches on the preemptible prefetch channel
+    (`prefetch`); those two share the link by equal-weight round robin (assumed), so a prefetch
+    gets half of it while copies are queued and all of it otherwise. Without virtual channels one
+    FIFO carries everything: `background` is its backlog.
+    """
+
+    vcs: bool
+    page_ms: float
+    background: float = 0.0
+    prefetch: float = 0.0
+    demand: float = 0.0
+
+    def ahead(self, t: float) -> float:
+        """What a token or an on-demand load entering the link at `t` waits behind."""
+        return 0.0 if self.vcs else max(0.0, self.background - t)
+
+    def load(self, start: float, busy: float) -> None:
+        """On-demand loads from `start` (after `ahead(start)`) until `start + busy`."""
+        if not self.vcs:  # one channel: the loads went after what was queued
+            self.background = max(self.background, start + busy)
+            return
+        self.demand = start + busy
+        if self.background > start:  # preempted: the copies resume after the loads
+            self.background += busy
+        if self.prefetch > start:
+            self.prefetch += busy
+
+    def prefetch_start(self, at: float) -> float:
+        if not self.vcs:
+            return max(at, self.background)
+        return max(at, self.prefetch, self.demand)
+
+    def issue_prefetch(self, start: float, deadline: float) -> float | None:
+        """End of one page prefetched from `start`, committed only if it lands by `deadline`."""
+        if not self.vcs:
+            self.background = start + self.page_ms
+            return self.background
+        # at half rate beside the copies, then at full rate: both finish `beside` later than alone
+        beside = min(self.page_ms, max(0.0, self.background - start))
+        end = start + self.page_ms + beside
+        if end > deadline:
+            return None  # no credit: the page cannot land before the layer that needs it
+        self.background += beside
+        self.prefetch = end
+        return end
+
+    def cancel(self, remaining: float, at: float) -> None:
+        """A prefetch cancelled at `at` with `remaining` ms to go returns its credit."""
+        if self.vcs:
+            self.prefetch = max(at, self.prefetch - remaining)
+        else:
+            self.background = max(at, self.background - remaining)
 
 
 @dataclass
@@ -173,7 +248,8 @@ class _Runtime:
         self.retire_at = 0.0
         self.plan = np.zeros((self.L, self.E, self.C), dtype=bool)
         self.clock = 0.0
-        self.link_free = 0.0  # low-priority traffic (prefetch, copies) is queued until then
+        self.link = _Link(vcs=strategy.credits, page_ms=self.page_ms)
+        self.plan_pages, self.plan_distinct = 0, 0
         self.copies = _DeviceLinks.of(instance) if hw.copy_topology == "devices" else None
         self.started_copies: list[list] = []  # [layer, expert, device, lands at ms] of the current plan
         self.dropped_copies: list[list[int]] = []  # [layer, expert, device] dropped in flight by it
@@ -198,6 +274,7 @@ class _Runtime:
                     self._retire_pending()
                 for layer in range(self.L):
                     self._layer(b, layer)
+                self.log.batch_pages[b], self.log.batch_distinct[b] = self.plan_pages, self.plan_distinct
         self.log.copies_rolled_back = self.directory.rolled_back
         self.log.pages_migrated = self.directory.landed
         self.log.copies_cancelled = self.directory.cancelled
@@ -234,6 +311,7 @@ class _Runtime:
         )
         self.log.resident_pages.append(placement.pages)
         self.log.distinct_experts.append(placement.distinct)
+        self.plan_pages, self.plan_distinct = placement.pages, placement.distinct
         return placement
 
     def _apply(self, placement: Placement, previous: Placement | None) -> None:
@@ -254,14 +332,14 @@ class _Runtime:
         if self.copies is not None:
             self._copy_between_devices(new)
             return
-        start = max(self.clock, self.link_free)
+        start = max(self.clock, self.link.background)
         for i, key in enumerate(zip(*np.nonzero(new), strict=True)):
             arrival = start + (i + 1) * self.page_ms
             verified = self.rng.random() >= self.failure_rate
             self.directory.prepare(tuple(int(k) for k in key), arrival, verified)
             self.started_copies.append([*(int(k) for k in key), arrival])
-        self.link_free = start + int(new.sum()) * self.page_ms
-        self.retire_at = self.link_free
+        self.link.background = start + int(new.sum()) * self.page_ms
+        self.retire_at = self.link.background
 
     def _copy_between_devices(self, new: np.ndarray) -> None:
         """Copies over each device's own link: from a device of the same node holding the expert at
@@ -323,7 +401,7 @@ class _Runtime:
         self._cancel_unused(layer, used, routed)
         published = self.directory.published(layer)
         buffered = self._buffered_ready(layer, used, routed)
-        low_priority_ahead = 0.0 if self.credits is not None else max(0.0, self.link_free - routed)
+        low_priority_ahead = self.link.ahead(routed)  # 0 with virtual channels
         assignment = map_tokens(self, layer, experts, published, buffered, low_priority_ahead)
         pairs = experts.ravel() * self.C + assignment.ravel()
         tokens = np.bincount(pairs, minlength=self.E * self.C).reshape(self.E, self.C)
@@ -334,20 +412,27 @@ class _Runtime:
         ready, loads = self._ready(layer, tokens, published, buffered, routed, low_priority_ahead)
         reads = (tokens > 0) & published
         self.directory.read(layer, reads)
+        from_buffer = (tokens > 0) & ~published & np.isfinite(self.buffers.arrival[layer])
+        self.log.buffered_in_use[b] += int(from_buffer.sum())  # the paper's replica accounting
         exec_ = exec_ms(tokens, self.speeds)
         sent = self._tokens_per_chiplet(assignment)
         dispatch = sent.sum() * self.token_ms
-        arrive = self.speeds.hop_ms + dispatch
+        arrive = self.speeds.hop_ms + low_priority_ahead + dispatch  # one FIFO: tokens wait behind pages
         finish = chiplet_finish(exec_, ready, arrive)
         expert_ms = float(finish.max())
         back = sent.sum() if self.strategy.multicast else experts.size
-        reduce_ms = float(self.speeds.hop_ms.max()) + back * self.token_ms
+        issue_at = routed + loads * self.page_ms
+        prefetch = self.strategy.prefetch != "none" and layer + 1 < self.L
+        if prefetch and not self.link.vcs:  # issued as the loads end, the results queue behind them
+            self._prefetch(b, layer, used, issue_at, np.inf)
+        results_wait = self.link.ahead(routed + expert_ms)
+        reduce_ms = float(self.speeds.hop_ms.max()) + results_wait + back * self.token_ms
         latency = self.fixed_ms + expert_ms + reduce_ms
         self.directory.release(layer, reads)
         self._record(b, layer, latency, expert_ms, exec_, tokens, sent.sum() + back, loads)
         self.clock += latency
-        if self.strategy.prefetch != "none" and layer + 1 < self.L:
-            self._prefetch(b, layer, used, routed + loads * self.page_ms)
+        if prefetch and self.link.vcs:  # credit: land before the next layer is routed
+            self._prefetch(b, layer, used, issue_at, self.clock + self.fixed_ms)
 
     def _buffered_ready(self, layer: int, used: np.ndarray, routed: float) -> np.ndarray:
         """[E, C] ms after routing when a buffered page is usable (inf where none)."""
@@ -376,10 +461,7 @@ class _Runtime:
         for (e, c), t in zip(pairs, done, strict=True):
             self.buffers.put(layer, int(c), int(e), routed + t)  # on-demand pages are cached too
         if pairs.size:
-            if self.credits is not None:  # priorities: on-demand loads push low-priority traffic back
-                self.link_free = max(self.link_free, routed) + float(done.max() - ahead)
-            else:  # one channel: the loads went after what was queued
-                self.link_free = max(self.link_free, routed + float(done.max()))
+            self.link.load(routed, float(done.max()))
         return np.where(active, ready, 0.0), len(pairs)
 
     def _tokens_per_chiplet(self, assignment: np.ndarray) -> np.ndarray:
@@ -401,30 +483,36 @@ class _Runtime:
                 continue
             done = min(1.0, max(0.0, (routed - p.start) / max(p.end - p.start, 1e-12)))
             self.log.prefetch_wasted_bytes += done * self.instance.model.page_gb * 1e9
-            if done < 1.0:
+            if done < 1.0:  # preempted in flight: the page never lands, its credit returns
                 self.buffers.drop(layer, p.chiplet, p.expert)
+                self.link.cancel(p.end - max(p.start, routed), routed)
         self.pending[layer] = []
 
-    def _prefetch(self, b: int, layer: int, used: np.ndarray, issue_at: float) -> None:
+    def _prefetch(self, b: int, layer: int, used: np.ndarray, issue_at: float, deadline: float) -> None:
+        """Issue next-layer prefetches, most confident first, while the channel has credit: a buffer
+        slot (`prefetch_credit_pages` in flight) and the bandwidth to land by `deadline`. The
+        first page refused ends the round, so the less confident pages give up first."""
         nxt = layer + 1
         wanted = self._prefetch_candidates(layer, used)
         published = self.directory.published(nxt).any(axis=1)
         issued = 0
-        start = max(issue_at, self.link_free)
+        start = self.link.prefetch_start(issue_at)
         for e in wanted:
-            if self.credits is not None and issued >= self.credits:
-                break  # no credit left: the prefetch is not issued
             if published[e] or self.buffers.held(nxt, e):
                 continue
+            if self.credits is not None and issued >= self.credits:
+                break  # every buffer credit is taken
+            end = self.link.issue_prefetch(start, deadline)
+            if end is None:
+                self.log.prefetch_denied += 1
+                break
             c = int(self.home[nxt, e])
-            end = start + self.page_ms
             self.buffers.put(nxt, c, int(e), end)
             self.pending[nxt].append(_Prefetch(int(e), c, start, end))
             self.log.load_bytes[b, layer] += self.instance.model.page_gb * 1e9
             start = end
             issued += 1
         self.log.prefetch_issued += issued
-        self.link_free = max(self.link_free, start)
 
     def _prefetch_candidates(self, layer: int, used: np.ndarray) -> list[int]:
         """Next-layer experts to prefetch, most confident first."""
