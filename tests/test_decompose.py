@@ -20,6 +20,7 @@ from comoe_opt.errors import ComoeError
 from comoe_opt.residency.decompose import (
     Cuts,
     Prices,
+    class_lp_bound,
     decompose,
     device_classes,
     lagrangian_value,
@@ -113,6 +114,14 @@ def test_the_class_bound_sees_which_expert_gets_the_near_chiplet():
     assert r.root_bound == pytest.approx(4.0) and r.bound == pytest.approx(4.0)
     assert r.lagrangian_bound == pytest.approx(4.0)
     assert r.objective == pytest.approx(4.0) and r.placement.resident[0, 0, 0]
+
+
+def test_exact_takes_the_class_lp_bound():
+    p = scenario_problem([[[3, 1]]], [1, 1], tokens=[[3, 1]], nop=[0, 1], all_resident=True)
+    assert class_lp_bound(p) == pytest.approx(4.0)  # the optimum; the replica counts prove 3
+    assert class_lp_bound(make_problem(miss=[[1.0]], work=[[1.0]], capacity=[1, 1])) is None
+    exact = solve(p, "exact", mip_gap=0.0)
+    assert exact.bound == pytest.approx(4.0) and exact.objective == pytest.approx(4.0)
 
 
 def test_rigid_experts_must_share_a_chiplet():
