@@ -51,6 +51,7 @@ class ResidencyProblem:
     expert_groups: int = 1  # model's expert groups (EPLB's hierarchical mode, eplb.py)
     nodes: int = 1  # nodes the chiplets (devices) form (EPLB's hierarchical mode)
     load_counts: np.ndarray | None = None  # [L, E] the unscaled selections `tokens` comes from (EPLB's)
+    step_counts: np.ndarray | None = None  # [T, L, E] the same per step (the engines' per-step planners)
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -165,7 +166,9 @@ def residency_problem(
     scenario_work = None
     if demand.scenario_tokens is not None and "balance" in terms:
         s = demand.scenario_tokens[..., None]
-        scenario_work = (s > 0) * per_use + s * per_token
+        # one micro-batch's expert time on a chiplet is the roofline: its page read or its tokens'
+        # FLOPs, whichever is longer (with balance = "tokens", per_use is 0: tokens alone)
+        scenario_work = np.maximum((s > 0) * per_use, s * per_token)
         # the mean load is the scenarios' mean, so that its bound holds for them (Jensen)
         work = scenario_work.mean(axis=0)
     capacity = instance.capacity_pages
@@ -198,6 +201,7 @@ def residency_problem(
         expert_groups=model.expert_groups,
         nodes=hw.nodes,
         load_counts=demand.load_counts,
+        step_counts=demand.step_counts,
     )
 
 
