@@ -36,6 +36,16 @@ STRATEGIES: dict[str, str] = {
     "no-congestion": "Table 5 ablation: even split instead of congestion-aware mapping",
     "no-credits": "Table 5 ablation: prefetch without credits or priorities",
     "single-scale": "Table 5 ablation: one time scale (re-plan 10x per window)",
+    "sglang-vec": "SGLang's deepseek_vec re-planned every window, even split",
+    "sglang-vec-flow": "SGLang's deepseek_vec with min-cost-flow routing",
+    "sglang-vec-hier": "SGLang's deepseek_vec_hierarchical re-planned every window, even split",
+    "sglang-vec-hier-flow": "SGLang's deepseek_vec_hierarchical with min-cost-flow routing",
+    "vllm-default": "vLLM's default policy re-planned every window, even split",
+    "vllm-default-flow": "vLLM's default policy with min-cost-flow routing",
+    "ascend-swift": "vLLM-Ascend's SwiftBalancer re-planned every window, even split",
+    "ascend-swift-flow": "vLLM-Ascend's SwiftBalancer with min-cost-flow routing",
+    "ascend-flashlb": "vLLM-Ascend's FlashLB re-planned every window, even split",
+    "ascend-flashlb-flow": "vLLM-Ascend's FlashLB with min-cost-flow routing",
 }
 
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB

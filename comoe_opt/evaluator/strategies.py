@@ -150,6 +150,21 @@ STRATEGIES: dict[str, Strategy] = {
     ),
 }
 
+# the balancers engines ship (residency/engine_balancers): each with the engines' even split and
+# with the min-cost flow, as EPLB's two rows
+ENGINE_PEERS = {
+    "sglang-vec": "SGLang deepseek_vec",
+    "sglang-vec-hier": "SGLang deepseek_vec_hierarchical",
+    "vllm-default": "vLLM default",
+    "ascend-swift": "vLLM-Ascend SwiftBalancer",
+    "ascend-flashlb": "vLLM-Ascend FlashLB",
+}
+for _name, _label in ENGINE_PEERS.items():
+    STRATEGIES[_name] = dataclasses.replace(STRATEGIES["eplb"], name=_name, residency=_name, label=_label)
+    STRATEGIES[f"{_name}-flow"] = dataclasses.replace(
+        STRATEGIES["eplb-flow"], name=f"{_name}-flow", residency=_name, label=f"{_label} + flow routing"
+    )
+
 TABLE4 = ("static", "hot", "transition", "comoe")
 PEERS = ("eplb", "eplb-flow", "oracle", "comoe")  # the fair comparison: EPLB twice, the limit, CoMoE
 TABLE5 = ("comoe", "no-transitions", "no-replicas", "no-congestion", "no-credits", "single-scale")

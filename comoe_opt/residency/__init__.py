@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from comoe_opt.residency import engine_balancers  # noqa: F401  (registers the engines' balancers as heuristics)
+
 _WHERE = {
     "Placement": "comoe_opt.residency.placement",
     "ResidencyProblem": "comoe_opt.residency.problem",

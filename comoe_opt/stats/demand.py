@@ -38,6 +38,7 @@ class WindowDemand:
     peak_tokens: np.ndarray | None = None  # [L, E] most selections in one micro-batch (default λ)
     scenario_tokens: np.ndarray | None = None  # [S, L, E] selections in sampled micro-batches
     load_counts: np.ndarray | None = None  # [L, E] unscaled selections λ comes from (EPLB's weight)
+    step_counts: np.ndarray | None = None  # [T, L, E] the same per step (per-step planners)
 
     @property
     def peak(self) -> np.ndarray:
@@ -99,6 +100,7 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
         per_batch.max(axis=0).astype(np.float64),
         None if scenarios is None else scenarios.astype(np.float64),
         counts.astype(np.float64),
+        per_batch,
     )
 
 
@@ -145,4 +147,5 @@ def demand_from_step_counts(
         scaled.max(axis=0),
         chosen,
         steps.sum(axis=0),
+        steps,
     )
