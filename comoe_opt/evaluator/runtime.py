@@ -373,7 +373,10 @@ class _Runtime:
         self.to_retire = []
 
     def _set_homes(self, placement: Placement, work: np.ndarray) -> None:
-        """Home chiplet of every expert: its first replica, or the least loaded chiplet (LPT)."""
+        """Home chiplet of every expert: its first replica; an expert without one goes to the
+        chiplet whose buffer is home to the fewest such experts over all layers (its pages are
+        loaded and cached there, so the buffers share them out), the least loaded among those."""
+        homed = np.zeros(self.C, dtype=np.int64)
         for layer in range(self.L):
             resident = placement.resident[layer]
             load = (work[layer][:, None] * resident / np.maximum(resident.sum(axis=1, keepdims=True), 1)).sum(
@@ -386,9 +389,10 @@ class _Runtime:
                 continue
             for e in np.argsort(-work[layer], kind="stable"):
                 if not resident[e].any():
-                    c = int(np.argmin(load))
+                    c = int(np.lexsort((load, homed))[0])
                     homes[e] = c
                     load[c] += work[layer, e]
+                    homed[c] += 1
             self.home[layer] = homes
 
     # --------------------------------------------------------- fast loop

@@ -1,9 +1,12 @@
 """From replica counts to chiplets: which chiplets hold the r replicas of each expert.
 
-Per layer, replicas that already sit on a chiplet stay there first (leased
-ones always), then the remaining replicas are placed largest work first on
-the chiplet that would finish earliest (LPT), never twice on one chiplet and
-never beyond a chiplet's free pages. This turns the replica-count model's
+Replicas that already sit on a chiplet stay there first (leased ones
+always), then the remaining replicas of all layers are placed together,
+largest work first, each on the chiplet where its own layer would finish
+earliest (LPT), never twice on one chiplet and never beyond a chiplet's free
+pages. Interleaving the layers matters when capacity is tight: placed one
+layer after another, the last layers found room only on the chiplets the
+others left, and stacked there. This turns the replica-count model's
 solution (and the greedy heuristics' counts) into a `Placement`.
 """
 
@@ -26,10 +29,19 @@ def assign_replicas(problem: ResidencyProblem, counts: np.ndarray) -> Placement:
     resident = leased.copy()
     free = problem.capacity_pages.astype(np.int64) - leased.sum(axis=(0, 1))
     previous = problem.previous.resident if problem.previous is not None else None
-    order = np.argsort(-counts.sum(axis=1), kind="stable")  # crowded layers first
-    for layer in order:
+    work = problem.work_ms
+    share = work / np.maximum(counts, 1)[:, :, None]
+    load = np.zeros((problem.layers, problem.chiplets))
+    wanted = np.zeros(counts.shape, dtype=np.int64)
+    for layer in range(problem.layers):
         prev = previous[layer] if previous is not None else None
-        _assign_layer(problem, layer, counts[layer], free, prev, resident[layer])
+        load[layer], wanted[layer] = _keep_layer(counts[layer], share[layer], free, prev, resident[layer])
+    piece = np.where(counts > 0, work.min(axis=2) / np.maximum(counts, 1), 0.0)
+    for flat in np.argsort(-piece, axis=None, kind="stable"):
+        layer, e = divmod(int(flat), problem.experts)
+        for _ in range(int(wanted[layer, e])):
+            if not _place(problem, share[layer, e], resident[layer, e], free, load[layer]):
+                break  # no room left: the expert keeps fewer replicas
     for layer in range(problem.layers):
         prev = previous[layer] if previous is not None else None
         _rebalance(problem, layer, resident[layer], leased[layer], prev)
@@ -102,35 +114,34 @@ def _swap_copies(previous: np.ndarray | None, on_c: np.ndarray, c: int) -> np.nd
     return after - before
 
 
-def _assign_layer(
-    problem: ResidencyProblem,
-    layer: int,
-    counts: np.ndarray,
-    free: np.ndarray,
-    previous: np.ndarray | None,
-    out: np.ndarray,
-) -> None:
-    """Fill `out` [E, C] (holding the leased replicas already) up to `counts` replicas per expert."""
-    work = problem.work_ms[layer]
-    share = work / np.maximum(counts, 1)[:, None]
+def _keep_layer(
+    counts: np.ndarray, share: np.ndarray, free: np.ndarray, previous: np.ndarray | None, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Keep one layer's replicas already in place (`out` [E, C] holds the leased ones): no copy.
+    Returns the layer's chiplet loads and the replicas each expert still wants."""
     load = (share * out).sum(axis=0)
     wanted = np.maximum(counts.astype(np.int64) - out.sum(axis=1), 0)
-    if previous is not None:  # replicas already in place stay: no copy
+    if previous is not None:
         for e in np.flatnonzero(wanted > 0):
             for c in np.flatnonzero(previous[e] & ~out[e] & (free > 0))[: wanted[e]]:
                 out[e, c] = True
                 free[c] -= 1
                 wanted[e] -= 1
                 load[c] += share[e, c]
-    piece = np.where(counts > 0, work.min(axis=1) / np.maximum(counts, 1), 0.0)
-    for e in np.argsort(-piece, kind="stable"):
-        for _ in range(int(wanted[e])):
-            candidates = np.flatnonzero(~out[e] & (free > 0))
-            if candidates.size == 0:
-                break  # no room left: the expert keeps fewer replicas
-            finish = load[candidates] + share[e, candidates]
-            tie = problem.nop_ms_per_token[candidates]
-            c = candidates[np.lexsort((tie, finish))[0]]
-            out[e, c] = True
-            free[c] -= 1
-            load[c] += share[e, c]
+    return load, wanted
+
+
+def _place(
+    problem: ResidencyProblem, share: np.ndarray, out: np.ndarray, free: np.ndarray, load: np.ndarray
+) -> bool:
+    """One replica of an expert (its row `out` [C]) on the chiplet where its layer finishes first."""
+    candidates = np.flatnonzero(~out & (free > 0))
+    if candidates.size == 0:
+        return False
+    finish = load[candidates] + share[candidates]
+    tie = problem.nop_ms_per_token[candidates]
+    c = candidates[np.lexsort((tie, finish))[0]]
+    out[c] = True
+    free[c] -= 1
+    load[c] += share[c]
+    return True
