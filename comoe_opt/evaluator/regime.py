@@ -10,6 +10,12 @@ strategy of Tables 4 and 5 at each point through the batch runner
 row per point: the axes, each strategy's metrics, and for every claim its
 *margin* (> 0 where it holds, in the claim's own unit) and whether it holds.
 `best_point` picks the point where the most claims hold.
+
+Beside the claims, every point says whether CoMoE-Chip's mean latency is
+within 1% of the best of the strategies that are its own parts (static,
+hot replication, transition prefetch) and, where it is not, which mechanism
+makes the difference (`parts_why`); and claim 4 is tested a second time with
+the paper's replica accounting (placed + buffered copies in use).
 """
 
 from __future__ import annotations
@@ -34,6 +40,18 @@ AXES = (
 ABLATIONS = tuple(s for s in TABLE5 if s != "comoe")
 MAP_STRATEGIES = (*TABLE4, *ABLATIONS)
 METRICS = ("mean_ms", "p95_ms", "load_gb_per_batch", "balance", "replica_factor")
+# read when the results have them (older results do not): the paper's replica accounting and
+# what `parts_why` explains a loss by
+EXTRA_METRICS = (
+    "replica_factor_paper",
+    "p99_ms",
+    "demand_load_gb_per_batch",
+    "pages_migrated",
+    "prefetch_issued",
+    "prefetch_denied",
+)
+PARTS = ("static", "hot", "transition")  # strategies that are one of CoMoE-Chip's mechanisms alone
+PARTS_TOLERANCE = 0.01
 PAPER_STATIC_LOAD_GB = 12.9540  # paper Table 4, static's remote expert loading per micro-batch
 
 Point = Mapping[str, Mapping[str, float]]  # strategy -> metric -> value, at one point of the map
@@ -126,6 +144,44 @@ CLAIMS = (
 )
 
 
+def balance_paper_margin(point: Point) -> float:
+    """Claim 4 with the paper's replica accounting (placed + buffered copies in use)."""
+    comoe = point["comoe"]
+    return min(comoe["balance"] - 0.8, comoe.get("replica_factor_paper", math.nan) - 1.0)
+
+
+def parts_margin(point: Point) -> float:
+    """How far CoMoE's mean latency is below 101% of its best part's, relative to that part's
+    (>= 0: CoMoE never loses to one of its own parts by more than 1%)."""
+    return min(
+        ((1.0 + PARTS_TOLERANCE) * point[s]["mean_ms"] - point["comoe"]["mean_ms"]) / point[s]["mean_ms"]
+        for s in PARTS
+    )
+
+
+def parts_why(point: Point) -> str:
+    """The mechanism by which a part beats CoMoE on mean latency ('' where none does)."""
+    ours = point["comoe"]
+    beaten = [s for s in PARTS if ours["mean_ms"] > (1.0 + PARTS_TOLERANCE) * point[s]["mean_ms"]]
+    if not beaten:
+        return ""
+    best = min(beaten, key=lambda s: point[s]["mean_ms"])
+    part = point[best]
+    why = f"{best} {part['mean_ms']:.3f} ms against {ours['mean_ms']:.3f}: "
+    demand, theirs = ours.get("demand_load_gb_per_batch", 0.0), part.get("demand_load_gb_per_batch", 0.0)
+    if demand > theirs:
+        copies = ours.get("pages_migrated", 0.0)
+        cause = (
+            f"re-plan copies ({copies:.0f} pages) keep the new plan's experts remote until they land"
+            if copies
+            else "CoMoE's plan leaves experts remote that it keeps resident or buffered"
+        )
+        return why + f"more on-demand loads ({demand:.2f} against {theirs:.2f} GB/batch): {cause}"
+    if ours["balance"] < part["balance"]:
+        return why + f"less balanced chiplets ({ours['balance']:.3f} against {part['balance']:.3f})"
+    return why + "same loads and balance: the mapping's queueing (flow units, multicast)"
+
+
 def claim_margins(table4: Point, table5: Point) -> dict[str, float]:
     """Every claim's margin (> 0: holds): `table4` holds the Table 4 strategies' metrics,
     `table5` full CoMoE's and the ablations' (the same point, possibly another trace length)."""
@@ -148,7 +204,8 @@ def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFram
         absent = [s for s in MAP_STRATEGIES if s not in by_strategy]
         if absent:
             raise ComoeError(f"regime point {dict(zip(axes, values, strict=True))} lacks {', '.join(absent)}")
-        point = {s: {k: float(by_strategy[s][k]) for k in METRICS} for s in MAP_STRATEGIES}
+        extra = [k for k in EXTRA_METRICS if k in group.columns]
+        point = {s: {k: float(by_strategy[s][k]) for k in (*METRICS, *extra)} for s in MAP_STRATEGIES}
         row: dict[str, Any] = dict(zip(axes, values, strict=True))
         if "attention_ms" in group.columns:
             row["attention_ms"] = float(by_strategy["static"]["attention_ms"])
@@ -158,6 +215,12 @@ def point_table(rows: pd.DataFrame, axes: tuple[str, ...] = AXES) -> pd.DataFram
             row[f"{name}.margin"] = margin
             row[f"{name}.holds"] = bool(margin > 0)
         row["claims_held"] = sum(m > 0 for m in margins.values())
+        if "replica_factor_paper" in extra:
+            row["balance-paper.margin"] = balance_paper_margin(point)
+            row["balance-paper.holds"] = bool(row["balance-paper.margin"] > 0)
+        row["parts.margin"] = parts_margin(point)
+        row["parts.holds"] = bool(row["parts.margin"] >= 0)
+        row["parts.why"] = parts_why(point)
         out.append(row)
     return pd.DataFrame(out)
 
