@@ -7,6 +7,7 @@ tests/test_cli.py checks that these names are exactly the library's.
 
 from __future__ import annotations
 
+from comoe_opt.formats.engines import ENGINE_FORMATS
 from comoe_opt.residency.heuristics import HEURISTICS
 
 # the models; the heuristics declare themselves (residency/heuristics.py, imported without Pyomo)
@@ -47,6 +48,8 @@ STRATEGIES: dict[str, str] = {
     "ascend-flashlb": "vLLM-Ascend's FlashLB re-planned every window, even split",
     "ascend-flashlb-flow": "vLLM-Ascend's FlashLB with min-cost-flow routing",
 }
+
+ENGINES = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
 
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
 

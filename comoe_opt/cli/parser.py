@@ -17,6 +17,7 @@ from comoe_opt.cli.choices import (
     DEFAULT_PAPER_INSTANCE,
     DEFAULT_REGIME_INSTANCE,
     DEFAULT_STRATEGIES,
+    ENGINES,
     PAPER_SWEEP_BATCHES,
     PAPER_TABLE5_BATCHES,
     RESIDENCY_METHODS,
@@ -125,7 +126,7 @@ def _solve(verbs: Any) -> None:
     sub.add_argument("-o", "--output", type=Path, help="write the placement (our JSON, or --export format)")
     sub.add_argument(
         "--export",
-        choices=("sglang", "vllm-ascend"),
+        choices=ENGINES,
         help="write the placement for a serving engine (see docs/placement-format.md)",
     )
 
