@@ -10,10 +10,15 @@ calibrated on static at each point), then writes:
 * `claim-<name>.png` — one figure per claim, showing where it holds;
 * `regime.md` — how many points each claim holds at, and the best point
   (instances/paper-regime.toml is the baseline moved there, with attention
-  calibrated by `benchmarks/calibrate_static.py --attention-share`).
+  calibrated by `benchmarks/calibrate_static.py --attention-share`); where
+  CoMoE-Chip's mean is not within 1% of its parts' (static, hot, transition)
+  and the mechanism why; claim 4 with the paper's replica accounting; where
+  the "no credits/priorities" ablation costs P95.
 
     .venv/bin/python benchmarks/regime_map.py --jobs 2             # run (resumes) and analyse
     .venv/bin/python benchmarks/regime_map.py --analyse-only       # analyse stored results
+    .venv/bin/python benchmarks/regime_map.py --suite benchmarks/suites/regime-map-slow-link.toml \
+        --results bench-out/regime-map-slow                        # the slow-link slice only
 """
 
 from __future__ import annotations
@@ -40,14 +45,15 @@ LABELS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", type=Path, default=SUITE)
     parser.add_argument("--results", type=Path, default=Path("bench-out/regime-map"))
     parser.add_argument("--out", type=Path, default=HERE / "results" / "regime")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--analyse-only", action="store_true")
     args = parser.parse_args(argv)
     if not args.analyse_only:
-        command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(SUITE), "--out", str(args.results),
-                   "--jobs", str(args.jobs), "--no-plots"]  # fmt: skip
+        command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(args.suite),
+                   "--out", str(args.results), "--jobs", str(args.jobs), "--no-plots"]  # fmt: skip
         if (args.results / "runs").exists():
             command.append("--resume")
         subprocess.run(command, check=True)
@@ -81,6 +87,7 @@ def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
             f"| {claim.text} | {int(table[f'{claim.name}.holds'].sum())} of {len(table)} "
             f"| {margin.max():+.3f} | {_where(top)} |"
         )
+    lines += ["", *_parts_lines(table), "", *_variant_lines(table)]
     counts = table["claims_held"].value_counts().sort_index(ascending=False)
     lines += ["", "Points by the number of claims that hold: "
               + ", ".join(f"{int(n)} claims: {int(c)}" for n, c in counts.items()), ""]  # fmt: skip
@@ -99,6 +106,37 @@ def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _parts_lines(table: pd.DataFrame) -> list[str]:
+    """Where CoMoE-Chip's mean is not within 1% of a part's, and the mechanism why."""
+    lost = table[~table["parts.holds"]]
+    lines = [
+        f"CoMoE-Chip's mean latency is within 1% of static's, hot replication's and transition "
+        f"prefetch's (or below) at {len(table) - len(lost)} of {len(table)} points."
+    ]
+    if len(lost):
+        lines += ["", "| point | why a part is faster |", "|---|---|"]
+        lines += [f"| {_where(row)} | {row['parts.why']} |" for _, row in lost.iterrows()]
+    return lines
+
+
+def _variant_lines(table: pd.DataFrame) -> list[str]:
+    """Claim 4 with the paper's replica accounting; where no credits/priorities costs P95."""
+    lines = []
+    if "balance-paper.holds" in table.columns:
+        lines.append(
+            f"Claim 4 with the paper's replica accounting ((placed + buffered copies in use) / distinct, "
+            f"per micro-batch): holds at {int(table['balance-paper.holds'].sum())} of {len(table)} "
+            f"(ours: {int(table['balance.holds'].sum())})."
+        )
+    ratio = table["no-credits.p95_ms"] / table["comoe.p95_ms"]
+    worse = table[ratio > 1.0]
+    lines.append(
+        f"No credits/priorities has a higher P95 than CoMoE-Chip at {len(worse)} of {len(table)} points"
+        + (f" (largest: {ratio.max():.2f}x at {_where(table.loc[ratio.idxmax()])})." if len(worse) else ".")
+    )
+    return lines
 
 
 def _where(row: pd.Series) -> str:
