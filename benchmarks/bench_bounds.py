@@ -44,6 +44,15 @@ PAPER = ROOT / "instances" / "paper-baseline.toml"
 CASES = {
     **{f"gptoss-{w}": (GPTOSS, w, {}) for w in (0, 13, 20, 60, 91)},
     "paper": (PAPER, 0, {"policy.balance_scenarios": 32}),
+    # not GPT-OSS's setting: 25 sequences in flight, re-planned every 8 steps on 8 scenarios
+    **{
+        f"gptoss-25seq-{w}": (
+            GPTOSS,
+            w,
+            {"trace.tokens_per_batch": 25, "policy.window_batches": 8, "policy.balance_scenarios": 8},
+        )
+        for w in (50, 400)
+    },
 }
 
 
@@ -117,7 +126,9 @@ def render(cases: list[dict]) -> str:
         for r in c["rows"]:
             root = "–" if r["root"] is None or not math.isfinite(r["root"]) else f"{r['root']:.6g}"
             steps = f" ({r['steps']} steps)" if "steps" in r else ""
-            if r.get("milp_own") is not None and r["milp_own"] < r["bound"]:
+            if r.get("milp_own") is not None and r["milp_own"] < r["bound"] - 1e-7 * max(
+                1.0, abs(r["bound"])
+            ):
                 steps += f" (own dual bound {r['milp_own']:.6g} at its limit)"
             lines.append(
                 f"| {r['method']}{steps} | {root} | {r['bound']:.6g} | {r['incumbent']:.6g} |"
