@@ -51,6 +51,17 @@ STRATEGIES: dict[str, str] = {
 
 ENGINES = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
 
+# `comoe-opt compare` (comoe_opt.evaluator.compare.PEERS): EPLB, the engines' balancers, CoMoE
+COMPARE_PEERS = (
+    "eplb",
+    "sglang-vec",
+    "sglang-vec-hier",
+    "vllm-default",
+    "ascend-swift",
+    "ascend-flashlb",
+    "comoe",
+)
+
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
 
 DEFAULT_PAPER_INSTANCE = "instances/paper-baseline.toml"  # in a checkout; else the packaged copy

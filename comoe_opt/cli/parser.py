@@ -14,6 +14,7 @@ from typing import Any
 
 from comoe_opt import __version__
 from comoe_opt.cli.choices import (
+    COMPARE_PEERS,
     DEFAULT_PAPER_INSTANCE,
     DEFAULT_REGIME_INSTANCE,
     DEFAULT_STRATEGIES,
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"comoe-opt {__version__}")
     verbs = parser.add_subparsers(title="commands", metavar="COMMAND", parser_class=Parser)
-    for register in (_data, _solve, _gap, _evaluate, _paper, _bench):
+    for register in (_data, _solve, _gap, _compare, _evaluate, _paper, _bench):
         register(verbs)
     return parser
 
@@ -154,6 +155,44 @@ def _gap(verbs: Any) -> None:
     gap.add_argument(
         "--seed", type=int_in(0, 2**63 - 1), default=0, help="seed of the sample draw, >= 0 (default 0)"
     )
+
+
+def _compare(verbs: Any) -> None:
+    cmp = add_verb(
+        verbs,
+        "compare",
+        "the engines' balancers (SGLang, vLLM, vLLM-Ascend), EPLB and CoMoE under even, LP and flow routing,"
+        " beside the oracle, the hindsight limit and the milp bound",
+        lazy("compare", "cmd_compare"),
+    )
+    cmp.add_argument("instance", type=Path, help="instance TOML file")
+    cmp.add_argument("--counts", type=Path, help="per-step expert counts (SGLang recorder dump, .npz, JSON)")
+    cmp.add_argument("--steps", type=int_in(0, 10**7), default=0, help="use the first N steps (0 = all)")
+    cmp.add_argument(
+        "--redundant",
+        type=int_list,
+        metavar="R1,R2,...",
+        help="sweep redundant slots per layer instead (e.g. 0,8,16): P95 and gap per peer, GB per device",
+    )
+    cmp.add_argument("--peers", default=",".join(COMPARE_PEERS), metavar="A,B,...", help="peers to plan")
+    cmp.add_argument(
+        "--hindsight-limit", type=float, default=2.0, help="seconds of `exact` per window for hindsight (2)"
+    )
+    cmp.add_argument(
+        "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
+    )
+    cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here")
+
+
+def int_list(text: str) -> list[int]:
+    """An argparse type: comma-separated non-negative integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(f"must be non-negative integers, got {text!r}")
+    return values
 
 
 def _evaluate(verbs: Any) -> None:

@@ -158,28 +158,30 @@ def _neighbour_search(low: int, high: int, start: int, score) -> int:  # type: i
 
 
 def lpt(mu: np.ndarray, var: np.ndarray, cov: np.ndarray, replicas: np.ndarray, gpus: int) -> np.ndarray:
-    """[gpus, slots] layout: replicas heaviest first, each to the GPU of least risk after it."""
+    """[gpus, slots] layout: replicas heaviest first, each to the GPU of least risk after it
+    (the first such GPU). The GPUs are scored at once, each sum in upstream's order."""
     slots = int(replicas.sum()) // gpus
     layout = np.full((gpus, slots), -1, dtype=np.int64)
     gpu_mu = np.zeros(gpus, dtype=np.float32)
     gpu_var = np.zeros(gpus, dtype=np.float32)
     filled = np.zeros(gpus, dtype=np.int64)
+    every = np.arange(gpus)
     for e in compiled_argsort(-(mu / replicas)):
         share = mu[e] / replicas[e]
         own_var = var[e] / replicas[e] ** 2
         for _ in range(int(replicas[e])):
-            best, best_risk, best_mu, best_var = -1, 1e30, -1.0, -1.0
-            for g in range(gpus):
-                if filled[g] >= slots or e in layout[g]:
-                    continue
-                new_mu = float(gpu_mu[g]) + share
-                new_var = float(gpu_var[g]) + own_var
-                for other in layout[g, : filled[g]]:
-                    new_var += 2 * cov[e, other] / replicas[e] / replicas[other]
-                risk = new_mu + Z_SCORE * math.sqrt(new_var)
-                if risk < best_risk:
-                    best, best_risk, best_mu, best_var = g, risk, new_mu, new_var
-            gpu_mu[best], gpu_var[best] = best_mu, best_var  # stored in float32, as upstream
+            open_ = (filled < slots) & ~(layout == e).any(axis=1)
+            new_mu = gpu_mu.astype(np.float64) + share
+            new_var = gpu_var.astype(np.float64) + own_var
+            for k in range(int(filled.max(initial=0))):
+                other = layout[:, k]
+                held = k < filled
+                term = 2 * cov[e, np.where(held, other, 0)] / replicas[e] / replicas[np.where(held, other, 0)]
+                new_var = np.where(held, new_var + term, new_var)
+            risk = new_mu + Z_SCORE * np.sqrt(new_var)
+            candidates = every[open_ & (risk < 1e30)]
+            best = int(candidates[np.argmin(risk[candidates])]) if candidates.size else -1
+            gpu_mu[best], gpu_var[best] = new_mu[best], new_var[best]  # stored in float32, as upstream
             layout[best, filled[best]] = e
             filled[best] += 1
     return layout

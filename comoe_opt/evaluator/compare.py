@@ -1,0 +1,475 @@
+"""The engines' balancers side by side with CoMoE, the limits and the certified bound (`comoe-opt compare`).
+
+Every peer re-plans each window from the counts of the windows before it, as the rolling horizon
+does (`policy.window_batches`, `policy.history_windows`; CoMoE keeps its leases, the engines none),
+and each served step is scored with the plan in force, installed at once (re-plan copies are
+counted, not timed: `evaluate` times them). Per step and layer a device's load is the tokens it
+serves under three routings:
+
+* `even` — an expert's tokens split evenly over its replicas (SGLang `static`/`dynamic`, vLLM,
+  vLLM-Ascend), as the evaluator's even split;
+* `lp` — SGLang's `lp` dispatch (DeepSeek's LPLB): the LP that minimises the largest device load
+  with fractional tokens, whose optimum is the cut condition over device sets
+  (`residency.scenarios`);
+* `flow` — our min-cost flow, whole tokens: its makespan is the LP's optimum rounded up
+  (tests/test_compare.py checks this against the flow and HiGHS on random cases).
+
+Two limits: the **oracle** (EPLB planned on each step's own counts, in place at once, optimally
+routed) and **hindsight** (per served window, the `exact` model planned on that window's own
+steps within `hindsight_limit_s`). The **bound** is `milp`'s proven lower bound on the planning
+objective of `bound_windows` windows (balance on the history's scenarios, every copy free), each
+peer's plan of those windows scored on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from comoe_opt.errors import ComoeError
+from comoe_opt.instance import Instance, with_overrides
+from comoe_opt.planning.rolling import Leases, keeps_leases
+from comoe_opt.planning.window import plan_window
+from comoe_opt.residency.eplb import rebalance_experts
+from comoe_opt.residency.heuristics import eplb_slots
+from comoe_opt.residency.objective import score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import TERMS, residency_problem
+from comoe_opt.residency.scenarios import CutTable, masks_of
+from comoe_opt.residency.solve import solve
+from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
+from comoe_opt.trace.batching import MicroBatches, history_span, windows
+
+PEERS = ("eplb", "sglang-vec", "sglang-vec-hier", "vllm-default", "ascend-swift", "ascend-flashlb", "comoe")
+ROUTINGS = ("even", "lp", "flow")
+METHOD = {"comoe": "milp"}  # a peer's slow-loop method, where it differs from its name
+ENGINE_TERMS = TERMS - {"prefetch"}  # only CoMoE plans with what prefetch hides, as in evaluate
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    peers: tuple[str, ...] = PEERS
+    steps: int = 0  # the first N steps (0 = all)
+    hindsight_limit_s: float = 2.0  # `exact` per served window, planned on its own steps
+    bound_windows: int = 8  # windows the milp bound is computed on, spread evenly
+    bound_limit_s: float = 10.0
+
+
+@dataclass
+class PeerRun:
+    """One peer's plans over the trace: a placement per window, its copies and planning time."""
+
+    placements: list[Placement] = field(default_factory=list)
+    copies: list[int] = field(default_factory=list)
+    plan_s: list[float] = field(default_factory=list)
+
+
+def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:
+    """Rows for every peer × routing and the two limits, the bound's gaps, and per-step imbalance."""
+    steps = _checked(instance, steps, settings.steps)
+    spans = windows(steps.shape[0], instance.policy.window_batches)
+    runs = {peer: plan_peer(instance, steps, spans, peer) for peer in settings.peers}
+    rows, imbalance = [], {}
+    for peer, run in runs.items():
+        for routing in ROUTINGS:
+            loads = served_loads(steps, spans, run.placements, routing)
+            rows.append(_row(peer, routing, loads, run))
+            imbalance[f"{peer}/{routing}"] = per_step_imbalance(loads)
+    oracle = oracle_loads(instance, steps)
+    rows.append(_row("oracle", "flow", oracle, None))
+    imbalance["oracle/flow"] = per_step_imbalance(oracle)
+    hindsight = hindsight_run(instance, steps, spans, settings.hindsight_limit_s)
+    hind_loads = served_loads(steps, spans, hindsight.placements, "flow")
+    rows.append(_row("hindsight", "flow", hind_loads, hindsight))
+    imbalance["hindsight/flow"] = per_step_imbalance(hind_loads)
+    gaps = bound_gaps(instance, steps, spans, runs, settings)
+    for row in rows:
+        row["gap_to_bound"] = gaps["gaps"].get(row["peer"])
+    return {
+        "instance": instance.name,
+        "steps": int(steps.shape[0]),
+        "windows": len(spans),
+        "layers": int(steps.shape[1]),
+        "experts": int(steps.shape[2]),
+        "devices": instance.hardware.chiplets,
+        "slots_per_layer": _slots(instance, steps),
+        "hindsight_limit_s": settings.hindsight_limit_s,
+        "bound": {k: v for k, v in gaps.items() if k != "gaps"},
+        "rows": rows,
+        "imbalance": imbalance,
+    }
+
+
+def step_counts(batches: MicroBatches) -> np.ndarray:
+    """[steps, layers, experts] selections of each expert in each micro-batch (decode step)."""
+    n, layers, experts = batches.batches, batches.layers, batches.num_experts
+    flat = batches.experts.reshape(n, -1, layers, batches.top_k).astype(np.int64)
+    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * experts
+    return np.bincount((keys + flat).ravel(), minlength=n * layers * experts).reshape(n, layers, experts)
+
+
+def _checked(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarray:
+    steps = np.asarray(steps)
+    model = instance.model
+    if steps.ndim != 3 or steps.shape[1:] != (model.layers, model.experts_per_layer):
+        raise ComoeError(
+            f"counts are {steps.shape}, the instance needs [steps, {model.layers}, {model.experts_per_layer}]"
+        )
+    if limit:
+        steps = steps[:limit]
+    if steps.shape[0] < 2:
+        raise ComoeError(f"compare needs at least 2 steps, got {steps.shape[0]}")
+    return steps
+
+
+def window_demand_of(instance: Instance, steps: np.ndarray) -> WindowDemand:
+    """What a window is planned on: its steps' counts (a trace's or a dump's alike)."""
+    demand = demand_from_step_counts(
+        steps, instance.trace.tokens_per_batch, instance.model.top_k, instance.policy.balance_scenarios
+    )
+    whole = np.round(steps).astype(np.int64)
+    return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
+
+
+def plan_peer(instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], peer: str) -> PeerRun:
+    """The peer's plan of every window from the windows before it (the first on itself)."""
+    method = METHOD.get(peer, peer)
+    terms = TERMS if peer == "comoe" else ENGINE_TERMS
+    leases = Leases(instance.policy.lease_windows)
+    run, previous = PeerRun(), None
+    for w, (start, stop) in enumerate(spans):
+        history = history_span(spans, w, instance.policy.history_windows)
+        leased = leases.active(w) if keeps_leases(method) else None
+        began = time.perf_counter()
+        plan = plan_window(
+            instance,
+            window_demand_of(instance, steps[history[0] : history[1]]),
+            previous,
+            leased,
+            method=method,
+            terms=terms,
+            batches=stop - start,
+        )
+        placement = plan.result.solution
+        if placement is None:
+            raise ComoeError(f"window {w}: {method} found no placement ({plan.result.status.value})")
+        run.plan_s.append(time.perf_counter() - began)
+        run.copies.append(placement.pages_moved_from(previous))
+        run.placements.append(placement)
+        leases.renew(w, placement, previous)
+        previous = placement
+    return run
+
+
+def served_loads(
+    steps: np.ndarray, spans: list[tuple[int, int]], placements: Sequence[Placement], routing: str
+) -> np.ndarray:
+    """[steps, layers, devices] tokens each device serves, each window under its placement."""
+    out = []
+    for (start, stop), placement in zip(spans, placements, strict=True):
+        out.append(device_loads(steps[start:stop], placement.resident, routing))
+    return np.concatenate(out)
+
+
+def device_loads(counts: np.ndarray, resident: np.ndarray, routing: str) -> np.ndarray:
+    """[n, L, C] device loads of counts [n, L, E] under `routing` on replica map [L, E, C]. For
+    `lp` and `flow` only the largest load is meaningful (the rest is filled evenly)."""
+    layers = counts.shape[1]
+    devices = resident.shape[2]
+    if routing == "even":
+        return np.stack([_even(counts[:, layer], resident[layer]) for layer in range(layers)], axis=1)
+    table = CutTable.for_speeds(np.ones(devices))
+    peak = np.stack(
+        [
+            table.makespans(counts[:, layer] @ table.inside(masks_of(resident[layer])))
+            for layer in range(layers)
+        ],
+        axis=1,
+    )  # [n, L]: the LP's optimum (fractional tokens)
+    if routing == "flow":
+        peak = np.ceil(peak - 1e-9)  # whole tokens: the flow's optimum (max-flow integrality)
+    elif routing != "lp":
+        raise ComoeError(f"unknown routing {routing!r} (known: {', '.join(ROUTINGS)})")
+    total = counts.sum(axis=2)
+    rest = (total - peak) / max(devices - 1, 1)
+    loads = np.repeat(rest[:, :, None], devices, axis=2)
+    loads[:, :, 0] = peak
+    return loads
+
+
+def _even(counts: np.ndarray, resident: np.ndarray) -> np.ndarray:
+    """[n, C]: the i-th of an expert's n tokens to its replica i·r // n (replicas by device)."""
+    n = counts.shape[0]
+    devices = resident.shape[1]
+    replicas = resident.sum(axis=1)  # [E]
+    by_device = np.argsort(~resident, axis=1, kind="stable")  # [E, C] each expert's replicas first
+    out = np.zeros((n, devices))
+    for j in range(devices):
+        live = j < replicas
+        r = np.maximum(replicas, 1)
+        share = (((j + 1) * counts + r - 1) // r) - ((j * counts + r - 1) // r)  # [n, E]
+        share = np.where(live[None, :], share, 0)
+        np.add.at(out.T, by_device[:, j], share.T)
+    return out
+
+
+def per_step_imbalance(loads: np.ndarray) -> np.ndarray:
+    """[n, L] largest over mean device load."""
+    mean = loads.mean(axis=2)
+    return np.where(mean > 0, loads.max(axis=2) / np.where(mean > 0, mean, 1.0), 1.0)
+
+
+def _row(peer: str, routing: str, loads: np.ndarray, run: PeerRun | None) -> dict[str, Any]:
+    ratio = per_step_imbalance(loads)
+    peak, mean = loads.max(axis=2), loads.mean(axis=2)
+    sglang = float(((mean + 1e-5) / (peak + 1e-5)).mean())  # per layer and step, averaged
+    vllm = float((mean.sum(axis=1) / np.maximum(peak.sum(axis=1), 1e-12)).mean())  # Σ mean / Σ max per step
+    row: dict[str, Any] = {
+        "peer": peer,
+        "routing": routing,
+        "p50": float(np.percentile(ratio, 50)),
+        "p95": float(np.percentile(ratio, 95)),
+        "p99": float(np.percentile(ratio, 99)),
+        "mean": float(ratio.mean()),
+        "balancedness_sglang": sglang,
+        "balancedness_vllm": vllm,
+    }
+    if run is not None:
+        row["copies_per_replan"] = float(np.mean(run.copies[1:])) if len(run.copies) > 1 else 0.0
+        row["plan_s"] = float(np.mean(run.plan_s))
+    return row
+
+
+def _slots(instance: Instance, steps: np.ndarray) -> int | None:
+    problem = residency_problem(instance, window_demand_of(instance, steps[: instance.policy.window_batches]))
+    return eplb_slots(problem)
+
+
+def oracle_loads(instance: Instance, steps: np.ndarray) -> np.ndarray:
+    """EPLB planned on each step's own counts, in place at once, optimally routed (whole tokens)."""
+    per_layer = _slots(instance, steps)
+    if per_layer is None:
+        raise ComoeError("the oracle needs the same slots per device and layer (EPLB's requirement)")
+    devices = instance.hardware.chiplets
+    groups, nodes = instance.model.expert_groups, instance.hardware.nodes
+    if steps.shape[2] % groups or groups % nodes:
+        groups = nodes = 1  # EPLB's global policy, as the `eplb` heuristic
+    device = np.arange(per_layer) // (per_layer // devices)
+    layers = steps.shape[1]
+    out = np.empty((steps.shape[0], layers, devices))
+    for t in range(steps.shape[0]):
+        phy2log, _, _ = rebalance_experts(steps[t], per_layer, groups, nodes, devices)
+        resident = np.zeros((layers, steps.shape[2], devices), dtype=bool)
+        resident[np.arange(layers)[:, None], phy2log, device[None, :]] = True
+        out[t] = device_loads(steps[t : t + 1], resident, "flow")[0]
+    return out
+
+
+def hindsight_run(
+    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], limit_s: float
+) -> PeerRun:
+    """Per served window, `exact` planned on that window's own steps (no copy cost)."""
+    run = PeerRun()
+    for start, stop in spans:
+        began = time.perf_counter()
+        plan = plan_window(
+            instance, window_demand_of(instance, steps[start:stop]), method="exact", time_limit_s=limit_s
+        )
+        if plan.result.solution is None:
+            raise ComoeError(f"hindsight: exact found no placement for steps {start}..{stop - 1}")
+        run.plan_s.append(time.perf_counter() - began)
+        run.copies.append(0)
+        run.placements.append(plan.result.solution)
+    return run
+
+
+def bound_gaps(
+    instance: Instance,
+    steps: np.ndarray,
+    spans: list[tuple[int, int]],
+    runs: dict[str, PeerRun],
+    settings: CompareSettings,
+) -> dict[str, Any]:
+    """Each peer's mean gap (objective / bound − 1) on the planning objective of sampled windows,
+    to `milp`'s proven lower bound of it."""
+    chosen = _spread(len(spans), settings.bound_windows)
+    gaps: dict[str, list[float]] = {peer: [] for peer in runs}
+    bounds = []
+    for w in chosen:
+        history = history_span(spans, w, instance.policy.history_windows)
+        problem = residency_problem(
+            instance,
+            window_demand_of(instance, steps[history[0] : history[1]]),
+            batches=spans[w][1] - spans[w][0],
+        )
+        result = solve(problem, "milp", time_limit_s=settings.bound_limit_s)
+        bound = result.bound - problem.constant_ms
+        bounds.append(bound)
+        for peer, run in runs.items():
+            value = score(problem, run.placements[w]).total - problem.constant_ms
+            gaps[peer].append(value / bound - 1.0 if bound > 0 else float("nan"))
+    return {
+        "method": "milp",
+        "windows": [int(w) for w in chosen],
+        "objective": "scenario balance of the planning window, copies free (residency objective, ms)",
+        "bound_ms": [float(b) for b in bounds],
+        "gaps": {peer: float(np.mean(v)) for peer, v in gaps.items()},
+    }
+
+
+def _spread(count: int, wanted: int) -> list[int]:
+    if wanted <= 0:
+        return []
+    if count <= wanted:
+        return list(range(count))
+    return sorted({int(x) for x in np.linspace(0, count - 1, wanted).round()})
+
+
+def redundancy_sweep(
+    instance: Instance, steps: np.ndarray, redundant: Sequence[int], settings: CompareSettings
+) -> dict[str, Any]:
+    """For each number of redundant slots per layer: every peer's P95 imbalance with the flow
+    routing and its gap to the bound, and the memory each device holds."""
+    model, hw = instance.model, instance.hardware
+    points = []
+    for extra in redundant:
+        slots = model.experts_per_layer + extra
+        if extra < 0 or slots % hw.chiplets:
+            raise ComoeError(
+                f"--redundant {extra}: {slots} slots per layer must split evenly over {hw.chiplets} devices"
+            )
+        per_device = slots // hw.chiplets
+        sized = _with_slots(instance, per_device)
+        checked = _checked(sized, steps, settings.steps)
+        spans = windows(checked.shape[0], sized.policy.window_batches)
+        runs = {peer: plan_peer(sized, checked, spans, peer) for peer in settings.peers}
+        gaps = bound_gaps(sized, checked, spans, runs, settings)["gaps"]
+        row: dict[str, Any] = {
+            "redundant": extra,
+            "slots_per_device": per_device,
+            "gb_per_device": per_device * model.layers * model.page_gb,
+        }
+        for peer, run in runs.items():
+            ratio = per_step_imbalance(served_loads(checked, spans, run.placements, "flow"))
+            row[peer] = {"p95": float(np.percentile(ratio, 95)), "gap_to_bound": gaps[peer]}
+        oracle = per_step_imbalance(oracle_loads(sized, checked))
+        row["oracle"] = {"p95": float(np.percentile(oracle, 95))}
+        points.append(row)
+    return {"instance": instance.name, "peers": list(settings.peers), "points": points}
+
+
+def _with_slots(instance: Instance, per_device: int) -> Instance:
+    """The instance with `per_device` slots per layer on every device, the budget all of them."""
+    model, chiplets = instance.model, instance.hardware.chiplets
+    capacity = per_device * model.layers * model.page_gb * (1 + 1e-9)  # whole pages despite rounding
+    overrides = {
+        "hardware.capacity_gb": capacity,
+        "policy.replica_budget_pages": per_device * chiplets * model.layers,
+    }
+    return with_overrides(instance, overrides, "--redundant")
+
+
+# ---- output
+
+
+def markdown(result: dict[str, Any]) -> str:
+    r = result
+    head = (
+        f"{r['instance']}: {r['steps']} steps in {r['windows']} windows, {r['layers']} layers x"
+        f" {r['experts']} experts on {r['devices']} devices, {r['slots_per_layer']} slots per layer."
+        " Imbalance = largest / mean device load per (step, layer); balancedness = mean / largest"
+        " (SGLang: per layer and step, averaged; vLLM: summed over layers, per step). Gap to bound:"
+        f" on the planning objective of windows {r['bound']['windows']}, to milp's proven lower bound."
+        f" Hindsight: exact within {r['hindsight_limit_s']:g} s per window."
+    )
+    lines = [
+        head,
+        "",
+        "| peer | routing | P50 | P95 | P99 | balancedness SGLang | balancedness vLLM | copies / re-plan"
+        " | plan s | gap to bound |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result["rows"]:
+        copies = f"{r['copies_per_replan']:.1f}" if "copies_per_replan" in r else "–"
+        plan = f"{r['plan_s']:.2f}" if "plan_s" in r else "–"
+        gap = f"{100 * r['gap_to_bound']:.1f}%" if r.get("gap_to_bound") is not None else "–"
+        lines.append(
+            f"| {r['peer']} | {r['routing']} | {r['p50']:.3f} | {r['p95']:.3f} | {r['p99']:.3f}"
+            f" | {r['balancedness_sglang']:.3f} | {r['balancedness_vllm']:.3f} | {copies} | {plan} | {gap} |"
+        )
+    return "\n".join(lines)
+
+
+def redundancy_markdown(result: dict[str, Any]) -> str:
+    peers = result["peers"]
+    lines = [
+        f"{result['instance']}: P95 imbalance with flow routing (gap to the milp bound) per redundant slots",
+        "",
+        "| redundant slots | GB per device | " + " | ".join(peers) + " | oracle |",
+        "|---:|---:|" + "---:|" * (len(peers) + 1),
+    ]
+    for p in result["points"]:
+        cells = [f"{p[peer]['p95']:.3f} ({100 * p[peer]['gap_to_bound']:.1f}%)" for peer in peers]
+        lines.append(
+            f"| {p['redundant']} | {p['gb_per_device']:.3f} | "
+            + " | ".join(cells)
+            + f" | {p['oracle']['p95']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_cdf(result: dict[str, Any], path: Path) -> None:
+    """CDF of per-(step, layer) imbalance, one line per peer with the flow routing (the same for
+    all), the engines' own even split dashed, the limits in black."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, ratio in result["imbalance"].items():
+        peer, routing = key.split("/")
+        if routing == "lp":
+            continue
+        values = np.sort(np.asarray(ratio).ravel())
+        cdf = np.arange(1, values.size + 1) / values.size
+        style: dict[str, Any] = {}
+        if peer in ("oracle", "hindsight"):
+            style = {"color": "black", "linestyle": ":" if peer == "oracle" else "-."}
+        if routing == "even":
+            style = {"linestyle": "--", "alpha": 0.5}
+        ax.plot(values, cdf, label=f"{peer} ({routing})", linewidth=1.2, **style)
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("imbalance per (step, layer): largest / mean device load")
+    ax.set_ylabel("share of (step, layer) samples")
+    ax.set_xlim(1.0, None)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_redundancy(result: dict[str, Any], path: Path) -> None:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [p["redundant"] for p in result["points"]]
+    for peer in [*result["peers"], "oracle"]:
+        ax.plot(x, [p[peer]["p95"] for p in result["points"]], marker="o", label=peer)
+    ax.set_xlabel("redundant slots per layer")
+    ax.set_ylabel("P95 imbalance, flow routing")
+    ax.set_xticks(x, [f"{p['redundant']}\n{p['gb_per_device']:.2f} GB" for p in result["points"]])
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _pyplot() -> Any:
+    import matplotlib  # drawn only when asked
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,144 @@
+"""`comoe-opt compare`: SGLang's LP dispatch and our min-cost flow reach the same optimum (up to
+whole tokens), the routings order as they must, and the verb runs on a trace and on a dump."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import small_table
+from scipy.optimize import linprog
+
+from comoe_opt.evaluator.compare import CompareSettings, compare, device_loads, redundancy_sweep, step_counts
+from comoe_opt.instance import instance_from_table
+from comoe_opt.mapping import LayerCosts, MappingProblem, solve_min_cost_flow
+from comoe_opt.mapping.problem import NEVER
+from comoe_opt.trace import instance_batches
+
+
+def _lp_max_load(counts: np.ndarray, resident: np.ndarray) -> float:
+    """SGLang's LPLB: min M s.t. each expert's tokens split over its replicas, every device <= M."""
+    experts, devices = resident.shape
+    pairs = [(e, c) for e in range(experts) for c in range(devices) if resident[e, c]]
+    n = len(pairs) + 1  # x per (expert, replica), then M
+    a_eq = np.zeros((experts, n))
+    a_ub = np.zeros((devices, n))
+    for i, (e, c) in enumerate(pairs):
+        a_eq[e, i] = 1.0
+        a_ub[c, i] = 1.0
+    a_ub[:, -1] = -1.0
+    cost = np.zeros(n)
+    cost[-1] = 1.0
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(devices), A_eq=a_eq, b_eq=counts, method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def _flow_max_load(counts: np.ndarray, resident: np.ndarray) -> int:
+    """Our min-cost flow on whole tokens: one tick per token, every replica ready at once."""
+    experts, devices = resident.shape
+    costs = LayerCosts(
+        ready=np.where(resident, 0, NEVER).astype(np.int64),
+        start=np.zeros(devices, dtype=np.int64),
+        token_time=np.ones(devices, dtype=np.int64),
+        finish=np.zeros(devices, dtype=np.int64),
+        resident=resident,
+    )
+    tokens = np.repeat(np.arange(experts), counts)[:, None]
+    return int(solve_min_cost_flow(MappingProblem(tokens, costs)).report["makespan_ticks"])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_flow_reaches_the_lp_optimum_in_whole_tokens(seed):
+    rng = np.random.default_rng(seed)
+    experts, devices = int(rng.integers(3, 9)), int(rng.integers(2, 6))
+    resident = rng.random((experts, devices)) < 0.35
+    resident[np.arange(experts), rng.integers(0, devices, experts)] = True  # every expert placed
+    counts = rng.integers(0, 30, experts)
+    counts[0] += 1
+    lp = _lp_max_load(counts.astype(float), resident)
+    ours = device_loads(counts[None, None, :], resident[None], "lp")[0, 0].max()
+    assert ours == pytest.approx(lp, rel=1e-9, abs=1e-9)  # the cut condition is the LP's optimum
+    flow = _flow_max_load(counts, resident)
+    assert flow == int(np.ceil(lp - 1e-9))  # and the flow its optimum in whole tokens
+    assert device_loads(counts[None, None, :], resident[None], "flow")[0, 0].max() == flow
+
+
+def test_even_split_by_hand():
+    # expert 0 (5 tokens) on devices 0 and 1: token i to replica i*2//5 -> 3 and 2; expert 1 on 1
+    resident = np.array([[[True, True, False], [False, True, False]]])
+    loads = device_loads(np.array([[[5, 4]]]), resident, "even")
+    assert loads[0, 0].tolist() == [3, 6, 0]
+    assert device_loads(np.array([[[5, 4]]]), resident, "lp")[0, 0].max() == pytest.approx(4.5)
+
+
+def _instance():
+    table = small_table()
+    table["hardware"].update(capacity_gb=9)  # 3 slots per layer on each device: 12 for 8 experts
+    table["trace"].update(micro_batches=12)
+    table["policy"].update(window_batches=4, history_windows=1, all_resident=True, balance_scenarios=4)
+    return instance_from_table(table, "small.toml")
+
+
+PEERS = ("eplb", "sglang-vec", "vllm-default", "ascend-swift", "comoe")
+
+
+def test_compare_orders_routings_and_bounds_every_peer():
+    instance = _instance()
+    steps = step_counts(instance_batches(instance))
+    assert steps.sum(axis=2).min() == 8 * 2  # tokens x top-k per step and layer
+    result = compare(instance, steps, CompareSettings(peers=PEERS, bound_windows=2, hindsight_limit_s=5.0))
+    rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
+    for peer in PEERS:
+        even, lp, flow = (rows[peer, routing] for routing in ("even", "lp", "flow"))
+        assert lp["p95"] <= flow["p95"] + 1e-12 and lp["p95"] <= even["p95"] + 1e-12
+        assert lp["balancedness_sglang"] >= even["balancedness_sglang"] - 1e-12
+        assert flow["gap_to_bound"] >= -1e-9  # milp's bound is a lower bound of every plan
+    assert rows["oracle", "flow"]["p50"] >= 1.0 and "hindsight" in {r["peer"] for r in result["rows"]}
+    assert rows["eplb", "even"]["copies_per_replan"] >= 0
+
+
+def test_redundancy_sweep_holds_more_memory_per_slot():
+    instance = _instance()
+    steps = step_counts(instance_batches(instance))
+    out = redundancy_sweep(instance, steps, [0, 4], CompareSettings(peers=("eplb", "comoe"), bound_windows=1))
+    first, second = out["points"]
+    assert (first["slots_per_device"], second["slots_per_device"]) == (2, 3)
+    assert second["gb_per_device"] > first["gb_per_device"]
+    assert second["oracle"]["p95"] <= first["oracle"]["p95"] + 1e-12  # more replicas never hurt the oracle
+
+
+def test_cli_compare_on_a_dump_and_user_errors(tmp_path, write_toml, cli):
+    table = small_table()
+    table["hardware"].update(capacity_gb=9)
+    table["policy"].update(window_batches=4, history_windows=1, all_resident=True, balance_scenarios=4)
+    path = write_toml(table)
+    counts = np.random.default_rng(0).integers(0, 5, (8, 3, 8))
+    dump = tmp_path / "dump.npz"
+    np.savez(dump, logical_count=counts)
+    run = cli(
+        "compare",
+        str(path),
+        "--counts",
+        str(dump),
+        "--peers",
+        "eplb,sglang-vec",
+        "--bound-windows",
+        "1",
+        "--json",
+    )
+    assert run.code == 0
+    result = json.loads(run.out)
+    assert result["steps"] == 8 and {r["peer"] for r in result["rows"]} >= {"eplb", "sglang-vec", "oracle"}
+    bad = cli("compare", str(path), "--peers", "nobody")
+    assert bad.code == 2 and "unknown nobody" in bad.err
+    odd = cli("compare", str(path), "--redundant", "3")
+    assert odd.code == 2 and "split evenly" in odd.err
+
+
+def test_cli_lists_the_library_peers():
+    from comoe_opt.cli.choices import COMPARE_PEERS
+    from comoe_opt.evaluator.compare import PEERS as LIBRARY_PEERS
+
+    assert COMPARE_PEERS == LIBRARY_PEERS
