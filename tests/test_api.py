@@ -94,7 +94,7 @@ def test_history_plans_are_no_worse_on_the_steps():
         ({"method": "best"}, "method must be one of"),
         ({"history": np.ones((3, 2, 9))}, "history must be"),
         ({"history": -np.ones((3, 2, 10))}, "non-negative"),
-        ({"history": np.zeros((3, 2, 10))}, "no step"),
+        ({"dispatch": "random"}, "dispatch must be one of"),
     ],
 )
 def test_bad_arguments_raise_value_errors(kwargs, message):

@@ -1,49 +1,101 @@
-"""A drop-in for DeepSeek EPLB's `rebalance_experts`, planning on per-step loads.
+"""A drop-in for DeepSeek EPLB's `rebalance_experts`, planning for the engine's dispatch.
 
-`rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus, method=..., history=...)`
-has EPLB's signature and return values (`phy2log`, `log2phy`, `logcnt`, see eplb.py), so an
-engine can call it where it calls EPLB. It needs no instance file: devices, slots and loads are
-all it takes.
+`rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus, ...)` has EPLB's
+signature and return values (`phy2log`, `log2phy`, `logcnt`, see eplb.py), so an engine can call
+it where it calls EPLB. It needs no instance file: devices, slots and loads are all it takes.
 
 * `method="eplb"`: DeepSeek's algorithm as published (eplb.py).
-* `method="comoe"` (default): EPLB's plan, then a local search per layer on what the engine
-  will see. Engines split an expert's tokens evenly over its replicas, so a plan is scored
-  as the largest GPU load with an even split, Σ over a GPU's slots of load / replicas. With
-  `history` ([steps, layers, experts], e.g. SGLang's recorder dump) the score is its mean over
-  the steps (each step's largest GPU), which is where a placement can do better than one
-  planned on the sum: a replica that only helps the steps where an expert bursts. Without
-  `history` it is the planned balance on `weight` itself.
+* `method="comoe"` (default): EPLB's plan (or, given `previous`, the map in service when that is
+  better once moves are paid for), then the local search of dropin_search.py on what the engine
+  will see: each step's max/mean GPU load under `dispatch` — `"even"` (the engine splits an
+  expert's tokens evenly over its replicas) or `"lp"` (it routes each batch by the best split,
+  as SGLang's `--ep-dispatch-algorithm lp`), scored exactly as the slow loop's balance
+  scenarios (the cut condition). Steps are `history` ([steps, layers, experts], e.g. SGLang's
+  recorder dump), or `weight` itself as one step.
 
 The search keeps EPLB's shape: every expert at least once, `num_replicas / num_gpus` slots per
-GPU, and in hierarchical mode every replica in the node EPLB packed its group onto. Its moves:
-swap the experts of two slots on different GPUs, or give a slot of an expert with a spare
-replica to another expert. A move is kept only when it lowers the score (then, on ties, the
-score on `weight`), so the result is never worse than EPLB's on the score it reports. Moves
-are drawn from a seeded generator: the same input gives the same plan.
+GPU, and in hierarchical mode every replica on the node its group is on. A move is kept only
+when it lowers the layer's objective (score + `move_cost` per expert moved off `previous`), so
+the plan never scores worse than its start. It stops when no layer improves or at
+`time_budget_s`; the default budget grows as layers × slots, as EPLB's own packing does. Given
+`previous`, experts that stay on their GPU keep their slot. Moves are drawn from a seeded
+generator: the same input gives the same plan when the search ends before the budget.
 """
 
 from __future__ import annotations
 
 import operator
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
+from comoe_opt.residency import dropin_search as search
 from comoe_opt.residency.eplb import _check_shape
 from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
 
 METHODS = ("comoe", "eplb")
-MAX_HISTORY_STEPS = 64  # steps scored per layer (spread evenly): the search's cost grows with them
-MOVES_PER_LAYER = 4000
+DISPATCHES = ("even", "lp")
+MAX_HISTORY_STEPS = 128  # steps scored per layer (spread evenly): the search's cost grows with them
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
 MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; residency cannot import formats)
+# default budget: this many times what EPLB's own plan took in the call (upstream's torch EPLB
+# measured 9-21x our port on the same inputs, so `even` stays within upstream's time); the best
+# split costs about ten times more to score
+BUDGET_TIMES_EPLB = {"even": 10.0, "lp": 100.0}
+MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
+EXPLAIN_STEPS = 32  # steps the explain report's redundancy check scores per layer
 
 
 class ArgumentError(ComoeError, ValueError):
     """A bad argument of `rebalance_experts`: a `ValueError`, as EPLB's callers expect, and a
     `ComoeError`, as every user error of comoe-opt; its message names the argument."""
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a rebalance planned on, what it reached and what it costs (`explain=True`)."""
+
+    method: str
+    dispatch: str
+    planned_on: str  # "history (S steps)", "weight", or why history was not used
+    score: float  # mean over layers and steps of the planned max/mean GPU load under `dispatch`
+    eplb_score: float  # EPLB's plan, scored the same way
+    moved: int  # experts copied to a GPU that did not hold them, relative to `previous` (0 without)
+    eplb_moved: int  # EPLB's plan, kept in place the same way
+    redundancy_gain: float | None  # share of EPLB's score bought by the redundant slots (None: none)
+    redundancy_noise: float | None  # two standard errors of that gain over the steps
+    stopped_by_time: bool
+    seconds: float
+
+    @property
+    def redundancy_measurable(self) -> bool | None:
+        if self.redundancy_gain is None or self.redundancy_noise is None:
+            return None
+        return self.redundancy_gain > self.redundancy_noise
+
+    def summary(self) -> str:
+        lines = [
+            f"{self.method} for {self.dispatch} dispatch on {self.planned_on} in {self.seconds:.3f} s"
+            + (" (stopped by time_budget_s)" if self.stopped_by_time else ""),
+            f"mean per-step max/mean GPU load: {self.score:.4f} (EPLB {self.eplb_score:.4f})",
+            f"experts moved: {self.moved} (EPLB kept in place: {self.eplb_moved})",
+        ]
+        if self.redundancy_gain is None:
+            lines.append("redundant slots: none, or no plan without them fits these GPUs")
+        else:
+            verdict = (
+                "measurable" if self.redundancy_measurable else "NOT measurable: they buy nothing you can see"
+            )
+            lines.append(
+                f"redundant slots lower EPLB's max/mean by {100 * self.redundancy_gain:.2f}%"
+                f" ± {100 * (self.redundancy_noise or 0.0):.2f}% on these steps: {verdict}"
+            )
+        return "\n".join(lines)
 
 
 def rebalance_experts(
@@ -54,50 +106,79 @@ def rebalance_experts(
     num_gpus: int,
     *,
     method: Literal["comoe", "eplb"] = "comoe",
+    dispatch: Literal["even", "lp"] = "even",
     history: Any = None,
-    moves: int = MOVES_PER_LAYER,
+    previous: Any = None,
+    move_cost: float = MOVE_COST,
+    time_budget_s: float | None = None,
+    moves: int | None = None,
     seed: int = 0,
-) -> tuple[Any, Any, Any]:
-    """(phy2log, log2phy, logcnt) as DeepSeek EPLB returns them, for loads `weight` [layers,
-    experts] (numpy arrays, or torch tensors when given tensors).
+    explain: bool = False,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[Any, ...]:
+    """(phy2log, log2phy, logcnt) as DeepSeek EPLB returns them (int64), for loads `weight`
+    [layers, experts]: numpy arrays, or torch tensors on `weight`'s device when given tensors;
+    with `explain=True` a `Report` follows them.
 
-    `history` [steps, layers, experts] (optional) are per-step loads to plan on; `weight` is
-    still what EPLB's part plans on and what ties are broken by. Loads may be of any real dtype,
-    bf16 and fp16 included (planned on as the same values in float32, as upstream does). A bad
+    `history` [steps, layers, experts] (optional) are per-step loads to plan on (all-zero steps,
+    an engine recorder's unused rows, are dropped; if every step is zero, `weight` is planned on,
+    as EPLB would). `previous` [layers, num_replicas] is the engine's current `phy2log`: experts
+    that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
+    max/mean). The search stops when nothing improves or after `time_budget_s` seconds of the
+    call on `clock` (default: 10 times what EPLB's plan took, 100 for `lp`); `moves` caps the moves
+    scored per layer (given alone, it replaces the default budget: a deterministic plan). A bad
     argument raises `ArgumentError` (a `ValueError`) naming it.
     """
+    began = clock()
     if method not in METHODS:
         raise ArgumentError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if dispatch not in DISPATCHES:
+        raise ArgumentError(f"dispatch must be one of {', '.join(DISPATCHES)}, got {dispatch!r}")
     num_replicas = _count("num_replicas", num_replicas)
     num_groups = _count("num_groups", num_groups)
     num_nodes = _count("num_nodes", num_nodes)
     num_gpus = _count("num_gpus", num_gpus)
-    moves = _count("moves", moves, low=0, high=MAX_MOVES)
+    cap = None if moves is None else _count("moves", moves, low=0, high=MAX_MOVES)
     seed = _count("seed", seed, low=0)
-    as_torch = _is_torch(weight)
+    move_cost = _real("move_cost", move_cost)
     load = _loads(weight, "weight")
     if load.ndim != 2 or 0 in load.shape:
         raise ArgumentError(f"weight must be [layers, experts], got shape {load.shape}")
     _check_sizes(load.shape, num_replicas, num_groups, num_nodes, num_gpus)
-    steps = _history(history, load.shape)
-    phy2log, log2phy, logcnt = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
+    layers, experts = load.shape
+    budget = None if time_budget_s is None else _real("time_budget_s", time_budget_s)
+    steps, planned_on = _history(history, load.shape)
+    prev = _previous(previous, layers, num_replicas, experts)
+    hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
+    shape = search.Shape(num_gpus, num_nodes if hierarchical else 1, dispatch)
+    eplb_began = clock()
+    eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
+    eplb_map = eplb_out[0]
+    if budget is None:  # a caller who caps the moves asked for a plan that does not hang on the clock
+        budget = float("inf") if cap is not None else BUDGET_TIMES_EPLB[dispatch] * (clock() - eplb_began)
+    scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
+    w = search.normalised(scenarios, num_gpus)
+    prev_n = None if prev is None else search.replica_counts(prev, experts, num_gpus)
+    if prev is not None:
+        eplb_map = keep_in_place(align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes), prev, num_gpus)
+    plan, stopped = eplb_map, False
     if method == "comoe":
-        hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
-        nodes = num_nodes if hierarchical else 1
-        rng = np.random.default_rng(seed)
-        for layer in range(load.shape[0]):
-            scenarios = load[layer][None] if steps is None else steps[:, layer]
-            phy2log[layer] = improve_layer(
-                phy2log[layer], load[layer], scenarios, num_gpus, nodes, moves, rng
-            )
-        logcnt = np.stack([np.bincount(row, minlength=load.shape[1]) for row in phy2log])
-        log2phy = _log2phy(phy2log, logcnt)
-    if as_torch:
-        import torch
-
-        a, b, c = (torch.from_numpy(np.ascontiguousarray(x)) for x in (phy2log, log2phy, logcnt))
-        return a, b, c
-    return phy2log, log2phy, logcnt
+        start = eplb_map if prev is None else _better_start(eplb_map, prev, w, shape, prev_n, move_cost)
+        deadline = began + budget
+        plan, stopped = _search(start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline)
+        if prev is not None:
+            plan = keep_in_place(plan, prev, num_gpus)
+    logcnt = np.stack([np.bincount(row, minlength=experts) for row in plan]).astype(np.int64)
+    out: tuple[Any, ...] = (plan.astype(np.int64), _log2phy(plan, logcnt), logcnt)
+    if plan is eplb_out[0]:  # EPLB's own arrays, its log2phy order included
+        out = eplb_out
+    if explain:
+        report = _report(
+            method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, clock() - began
+        )
+        report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
+        out = (*out, report)
+    return _as_input(out, weight)
 
 
 def gpu_loads(phy2log: np.ndarray, load: np.ndarray, gpus: int) -> np.ndarray:
@@ -114,62 +195,264 @@ def planned_score(phy2log: np.ndarray, scenarios: np.ndarray, gpus: int) -> floa
     return float(gpu_loads(phy2log, scenarios, gpus).max(axis=-1).mean())
 
 
-def improve_layer(
-    slots: np.ndarray,
-    weight: np.ndarray,
-    scenarios: np.ndarray,
-    gpus: int,
-    nodes: int,
-    moves: int,
+def keep_in_place(plan: np.ndarray, previous: np.ndarray, gpus: int) -> np.ndarray:
+    """`plan` with each GPU's slots renumbered so that an expert the GPU held in `previous` keeps
+    its slot there (the GPU's experts are unchanged; the others fill the freed slots in order)."""
+    out = plan.copy()
+    per_gpu = plan.shape[1] // gpus
+    for layer in range(plan.shape[0]):
+        for g in range(gpus):
+            span = slice(g * per_gpu, (g + 1) * per_gpu)
+            new, old = plan[layer, span].tolist(), previous[layer, span].tolist()
+            if new == old:
+                continue
+            left = {e: new.count(e) for e in new}
+            placed: list[int | None] = [None] * per_gpu
+            for k, e in enumerate(old):
+                if left.get(e, 0) > 0:
+                    placed[k], left[e] = e, left[e] - 1
+            rest = []
+            for e in new:  # the arrivals, in the plan's order
+                if left[e] > 0:
+                    rest.append(e)
+                    left[e] -= 1
+            arrivals = iter(rest)
+            out[layer, span] = [e if e is not None else next(arrivals) for e in placed]
+    return out
+
+
+def align_gpus(plan: np.ndarray, previous: np.ndarray, experts: int, gpus: int, nodes: int) -> np.ndarray:
+    """`plan` with its GPUs (and nodes) relabelled to share the most replicas with `previous`:
+    EPLB's plan is the same plan under any such relabelling, and an engine moves fewer experts."""
+    from scipy.optimize import linear_sum_assignment  # SciPy loads where used
+
+    new = search.replica_counts(plan, experts, gpus)
+    old = search.replica_counts(previous, experts, gpus)
+    per_gpu, per_node = plan.shape[1] // gpus, gpus // nodes
+    out = np.empty_like(plan)
+    for layer in range(plan.shape[0]):
+        a = new[layer].reshape(experts, nodes, per_node)
+        b = old[layer].reshape(experts, nodes, per_node)
+        node_overlap = np.minimum(a.sum(2)[:, :, None], b.sum(2)[:, None, :]).sum(0)
+        target = np.empty(gpus, dtype=np.int64)
+        for n_new, n_old in zip(*linear_sum_assignment(-node_overlap), strict=True):
+            overlap = np.minimum(a[:, n_new, :, None], b[:, n_old, None, :]).sum(0)
+            for g_new, g_old in zip(*linear_sum_assignment(-overlap), strict=True):
+                target[n_new * per_node + g_new] = n_old * per_node + g_old
+        out[layer].reshape(gpus, per_gpu)[target] = plan[layer].reshape(gpus, per_gpu)
+    return out
+
+
+def _search(
+    start: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    move_cost: float,
+    seed: int,
+    cap: int | None,
+    expired: Callable[[], bool],
+) -> tuple[np.ndarray, bool]:
+    """(plan, whether the deadline cut the search short)."""
+    rng = np.random.default_rng(seed)
+    iterations = None if cap is None else -(-cap // search.CANDIDATES)
+    if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
+        run = search.Search(start, w, shape, prev_n, move_cost, rng)
+        stopped = run.run(expired, iterations)
+        # the search scores in float32: keep a layer's start wherever float64 disagrees
+        plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
+        if changed.size:
+            sub = None if prev_n is None else prev_n[changed]
+            new = _objective(plan[changed], w[changed], shape, sub, move_cost)
+            worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost)]
+            plan[worse] = start[worse]
+        return plan, stopped
+    return _pooled_search(start, w, shape, prev_n, move_cost, rng, iterations, expired)
+
+
+def _pooled_search(
+    start: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    move_cost: float,
     rng: np.random.Generator,
+    iterations: int | None,
+    expired: Callable[[], bool],
+) -> tuple[np.ndarray, bool]:
+    """`lp` on more GPUs than can be enumerated: the search runs on a pool of GPU sets (each GPU,
+    all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
+    and kept per layer only where it is better, so the plan is never worse, exactly, than `start`."""
+    best = start.copy()
+    value, pools = _exact(best, w, shape, prev_n, move_cost, None)
+    for _ in range(search.POOL_ROUNDS):
+        if expired():
+            return best, True
+        run = search.Search(best, w, shape, prev_n, move_cost, rng, pools=pools)
+        stopped = run.run(expired, iterations)
+        trial, pools = _exact(run.slots, w, shape, prev_n, move_cost, pools)
+        better = trial < value - 1e-12
+        best[better], value[better] = run.slots[better], trial[better]
+        if stopped:
+            return best, True
+    return best, False
+
+
+def _exact(
+    plan: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    move_cost: float,
+    pools: list[np.ndarray] | None,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut."""
+    n = search.replica_counts(plan, w.shape[-1], shape.gpus)
+    values, grown = np.empty(plan.shape[0]), []
+    for layer in range(plan.shape[0]):
+        spans, masks = search.lp_bottlenecks(n[layer] > 0, w[layer])
+        values[layer] = spans.mean()
+        base = search.base_pool(shape.gpus) if pools is None else pools[layer]
+        grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))
+    return values + move_cost * search.moved(n, prev_n), grown
+
+
+def _objective(
+    plan: np.ndarray, w: np.ndarray, shape: search.Shape, prev_n: np.ndarray | None, move_cost: float
 ) -> np.ndarray:
-    """One layer's slots after the local search (module docstring); never scores worse."""
-    slots = slots.copy()
-    per_gpu = slots.size // gpus
-    per_node = slots.size // nodes
-    experts = weight.size
-    best = (planned_score(slots, scenarios, gpus), planned_score(slots, weight[None], gpus))
-    for _ in range(moves):
-        i = int(rng.integers(slots.size))
-        node = i // per_node
-        j = node * per_node + int(rng.integers(per_node))  # same node: EPLB's node packing holds
-        trial = slots.copy()
-        if rng.random() < 0.5:
-            if i // per_gpu == j // per_gpu or slots[i] == slots[j]:
-                continue
-            trial[i], trial[j] = slots[j], slots[i]
-        else:
-            counts = np.bincount(slots, minlength=experts)
-            if counts[slots[i]] < 2:
-                continue
-            node_experts = np.unique(slots[node * per_node : (node + 1) * per_node])
-            target = int(node_experts[rng.integers(node_experts.size)])
-            gpu = i // per_gpu
-            if target == slots[i] or target in slots[gpu * per_gpu : (gpu + 1) * per_gpu]:
-                continue
-            trial[i] = target
-        primary = planned_score(trial, scenarios, gpus)
-        if primary > best[0]:
-            continue
-        score = (primary, planned_score(trial, weight[None], gpus))  # ties: the load it was given
-        if score < best:
-            slots, best = trial, score
-    return slots
+    n = search.replica_counts(plan, w.shape[-1], shape.gpus)
+    return search.scores(plan, w, shape).mean(axis=1) + move_cost * search.moved(n, prev_n)
 
 
-def _history(history: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+def _better_start(
+    eplb_map: np.ndarray,
+    prev: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    move_cost: float,
+) -> np.ndarray:
+    """Per layer, the map in service or EPLB's (kept in place), whichever scores better once its
+    moves are paid for."""
+    keep = _objective(prev, w, shape, prev_n, move_cost) <= _objective(eplb_map, w, shape, prev_n, move_cost)
+    return np.where(keep[:, None], prev, eplb_map)
+
+
+def _report(
+    method: str,
+    dispatch: str,
+    planned_on: str,
+    plan: np.ndarray,
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    stopped: bool,
+    seconds: float,
+) -> Report:
+    experts = w.shape[-1]
+    score = float(search.scores(plan, w, shape).mean())
+    eplb_score = float(search.scores(eplb_map, w, shape).mean())
+    moved = int(search.moved(search.replica_counts(plan, experts, shape.gpus), prev_n).sum())
+    eplb_moved = int(search.moved(search.replica_counts(eplb_map, experts, shape.gpus), prev_n).sum())
+    return Report(
+        method, dispatch, planned_on, score, eplb_score, moved, eplb_moved, None, None, stopped, seconds
+    )
+
+
+def _with_redundancy(
+    report: Report,
+    load: np.ndarray,
+    scenarios: np.ndarray,
+    replicas: int,
+    groups: int,
+    nodes: int,
+    shape: search.Shape,
+) -> Report:
+    """The report with what EPLB's redundant slots buy on the steps (at most `EXPLAIN_STEPS` per
+    layer) under the dispatch, against EPLB with one slot per expert, and two standard errors."""
+    experts = load.shape[1]
+    if replicas == experts:
+        return report
+    try:
+        lean = eplb_rebalance(load, experts, groups, nodes, shape.gpus)[0]
+    except ValueError:  # one slot per expert does not divide over these GPUs
+        return report
+    full = eplb_rebalance(load, replicas, groups, nodes, shape.gpus)[0]
+    pick = np.unique(
+        np.linspace(0, scenarios.shape[1] - 1, min(EXPLAIN_STEPS, scenarios.shape[1])).astype(int)
+    )
+    w = search.normalised(scenarios[:, pick], shape.gpus)
+    with_spare, without = search.scores(full, w, shape).ravel(), search.scores(lean, w, shape).ravel()
+    diff, base = without - with_spare, float(without.mean())
+    noise = 2.0 * float(diff.std(ddof=1)) / np.sqrt(diff.size) if diff.size > 1 else float("inf")
+    gain = float(diff.mean()) / base if base > 0 else 0.0
+    return _replace(report, redundancy_gain=gain, redundancy_noise=noise / base if base > 0 else 0.0)
+
+
+def _replace(report: Report, **changes: Any) -> Report:
+    from dataclasses import replace
+
+    return replace(report, **changes)
+
+
+def _as_input(arrays: tuple[Any, ...], weight: Any) -> tuple[Any, ...]:
+    """numpy, or torch tensors on `weight`'s device when `weight` is one (a report stays)."""
+    if not _is_torch(weight):
+        return arrays
+    import torch
+
+    def convert(x: Any) -> Any:
+        if not isinstance(x, np.ndarray):
+            return x
+        return torch.from_numpy(np.ascontiguousarray(x)).to(weight.device)
+
+    return tuple(convert(x) for x in arrays)
+
+
+def _history(history: Any, shape: tuple[int, ...]) -> tuple[np.ndarray | None, str]:
+    """(steps to plan on or None, what was planned on)."""
     if history is None:
-        return None
+        return None, "weight"
     steps = _loads(history, "history")
     if steps.ndim != 3 or steps.shape[1:] != shape:
         raise ArgumentError(f"history must be [steps, {shape[0]}, {shape[1]}], got shape {steps.shape}")
     steps = steps[steps.reshape(steps.shape[0], -1).any(axis=1)]  # unused recorder rows are zero
     if steps.shape[0] == 0:
-        raise ArgumentError("history holds no step with any load")
+        return None, "weight (history holds no step with any load)"
     if steps.shape[0] > MAX_HISTORY_STEPS:
         pick = np.floor((np.arange(MAX_HISTORY_STEPS) + 0.5) * steps.shape[0] / MAX_HISTORY_STEPS)
         steps = steps[pick.astype(np.int64)]
-    return steps
+    return steps, f"history ({steps.shape[0]} steps)"
+
+
+def _previous(previous: Any, layers: int, replicas: int, experts: int) -> np.ndarray | None:
+    """The engine's current phy2log [layers, num_replicas], every expert on some slot."""
+    if previous is None:
+        return None
+    array = np.asarray(previous.detach().cpu().numpy() if _is_torch(previous) else previous)
+    if array.shape != (layers, replicas):
+        raise ArgumentError(f"previous must be [{layers}, {replicas}], got shape {array.shape}")
+    if array.dtype.kind not in "iu":
+        raise ArgumentError(f"previous must hold integer expert ids, got dtype {array.dtype}")
+    if array.min() < 0 or array.max() >= experts:
+        raise ArgumentError(f"previous must hold expert ids in 0..{experts - 1}")
+    present = np.zeros((layers, experts), dtype=bool)
+    present[np.arange(layers)[:, None], array] = True
+    if not present.all():
+        layer, expert = (int(i) for i in np.argwhere(~present)[0])
+        raise ArgumentError(f"previous[{layer}] holds no slot of expert {expert}")
+    return array.astype(np.int64)
+
+
+def _real(name: str, value: Any) -> float:
+    """A finite, non-negative real number (bools refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentError(f"{name} must be a real number, got {_shown(value)}")
+    number = float(value)
+    if not np.isfinite(number) or number < 0:
+        raise ArgumentError(f"{name} must be finite and non-negative, got {number!r}")
+    return number
 
 
 def _log2phy(phy2log: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
