@@ -261,11 +261,8 @@ class _Runtime:
         strategy = self.strategy
         instance = strategy.planning_instance(self.instance)
         spans = windows(self.batches.batches, instance.policy.window_batches)
-        terms = strategy.terms
-        if strategy.credits and not self._prefetch_lands(spans[0]):
-            terms = terms - {"prefetch"}  # the credit will refuse every prefetch: none hides a load
         plans = rolling_horizon(
-            instance, self.batches, strategy.residency, terms=terms, foresight=strategy.oracle
+            instance, self.batches, strategy.residency, terms=strategy.terms, foresight=strategy.oracle
         )
         placement: Placement | None = None
         for w, (start, stop) in enumerate(spans):
@@ -283,19 +280,6 @@ class _Runtime:
         self.log.copies_cancelled = self.directory.cancelled
         self.log.copies_in_flight = int((self.directory.state == PREPARING).sum())
         return self.log
-
-    def _prefetch_lands(self, profile: tuple[int, int]) -> bool:
-        """Whether a page prefetched once a layer's loads are done can land before the next layer
-        is routed, on a balanced layer of the profiling window: the layer's distinct experts read
-        over the chiplets, then attention and routing. If not, the credit refuses every prefetch,
-        and the slow loop must not leave experts remote for prefetch to hide."""
-        experts = self.batches.experts[profile[0] : profile[1]]  # [N, T, L, k]
-        n, _, layers, _ = experts.shape
-        used = np.zeros((n, layers, self.E), dtype=bool)
-        b, _, layer, _ = np.indices(experts.shape)
-        used[b.ravel(), layer.ravel(), experts.ravel().astype(np.int64)] = True
-        reads = used.sum(axis=2).mean() / self.C * float(np.median(self.speeds.read_ms))
-        return self.page_ms <= reads + self.fixed_ms
 
     # --------------------------------------------------------- slow loop
 

@@ -209,15 +209,27 @@ def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str]) ->
     """Expected on-demand load time per micro-batch of a non-resident expert.
 
     A use that prefetch covers still pays `prefetch_exposed` of the load
-    (it shares the die-to-die link); without the prefetch term every use pays
-    the whole load.
+    (it shares the die-to-die link); without the prefetch term, or in a layer
+    that no prefetch can reach in time, every use pays the whole load.
     """
     if "miss" not in terms:
         return np.zeros_like(demand.used)
     exposed = 1.0
     if "prefetch" in terms:
-        exposed = 1.0 - (1.0 - instance.policy.prefetch_exposed) * demand.hidden
+        hidden = demand.hidden * prefetch_lands(instance, demand)[:, None]
+        exposed = 1.0 - (1.0 - instance.policy.prefetch_exposed) * hidden
     return load_ms(instance) * demand.used * exposed
+
+
+def prefetch_lands(instance: Instance, demand: WindowDemand) -> np.ndarray:
+    """[L] whether a page prefetched for layer l can land before l is routed: the evaluator's
+    credit issues a prefetch only then (formulations/latency.md §3). It is issued as layer l-1
+    is routed and has that layer's expert phase (its expected distinct experts' page reads,
+    spread over the chiplets), attention and routing to land in."""
+    rt, chiplets = instance.runtime, instance.hardware.chiplets
+    reads = demand.used.sum(axis=1) / chiplets * float(np.median(instance.costs.read_ms))
+    before = np.concatenate([[0.0], reads[:-1]])  # layer 0 has no layer before it
+    return load_ms(instance) <= before + rt.attention_ms + rt.route_ms
 
 
 def _work_rates(instance: Instance, demand: WindowDemand) -> tuple[np.ndarray, np.ndarray]:
