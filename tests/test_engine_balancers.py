@@ -172,6 +172,23 @@ def test_swift_leaves_a_balanced_layer_alone():
     )
 
 
+def test_flashlb_placement_where_no_gpu_can_take_a_replica_as_upstream():
+    ref = _load("ascend", "flashlb_small_hot_r16_gpu4")
+    mu, var, cov = flashlb.statistics(ref["steps"][:, int(ref["lpt_layer"])] + 1)
+    layout = flashlb.lpt(mu, var, cov, ref["lpt_replicas"], 4)
+    assert layout.tolist() == ref["lpt_layout"].tolist()  # the last GPU gets the copies no GPU could
+
+
+def test_engine_worker_refuses_two_copies_on_one_device():
+    guard = importlib.import_module("comoe_opt.residency.engine_balancers").ascend_worker_check
+    old = np.array([[0, 1, 2, 3], [0, 1, 2, 3]])
+    # layer 0: expert 2 twice on GPU 1 and expert 3 lost; layer 1: 3 and 1 trade GPUs, in place
+    new = np.array([[1, 0, 2, 2], [0, 3, 2, 1]])
+    assert guard(old, new, 2).tolist() == [[0, 1, 2, 3], [0, 3, 2, 1]]
+    # an expert staying on its GPU but in another slot is refused too
+    assert guard(old, np.array([[1, 0, 2, 3], [0, 1, 3, 2]]), 2).tolist() == old.tolist()
+
+
 def test_flashlb_replicas_by_risk_by_hand():
     count, history = flashlb.min_max_replicas(np.array([9.0, 3.0]), np.zeros(2), 2)
     # 9 > 3: a second replica (4.5), 4.5 > 3: a third

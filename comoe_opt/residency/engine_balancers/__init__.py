@@ -120,10 +120,29 @@ def engine_placement(problem: ResidencyProblem, name: str) -> Placement:
     if name == "sglang-vec-hier" and (nodes == 1 or groups % nodes):
         name = "sglang-vec"  # upstream's hierarchical mode needs groups over several nodes
     phy2log = ENGINE_BALANCERS[name](*args)[0]
+    if name.startswith("ascend") and args[-1] is not None:
+        phy2log = ascend_worker_check(np.asarray(args[-1]), phy2log, devices)
     device = np.arange(per_layer) // (per_layer // devices)
     resident = np.zeros((problem.layers, problem.experts, devices), dtype=bool)
     resident[np.arange(problem.layers)[:, None], phy2log, device[None, :]] = True
     return Placement(resident, slot_map=phy2log.reshape(problem.layers, devices, -1))
+
+
+def ascend_worker_check(old: np.ndarray, new: np.ndarray, gpus: int) -> np.ndarray:
+    """vLLM-Ascend's worker applies a layer's new map only if it keeps every expert, puts no
+    two copies of one expert on a GPU and moves no expert within a GPU; else the layer keeps
+    its map (`eplb_worker.check_expert_placement`, commit 182b75e)."""
+    out = new.copy()
+    for layer in range(new.shape[0]):
+        before, after = old[layer].reshape(gpus, -1), new[layer].reshape(gpus, -1)
+        lost = np.unique(after).size < np.unique(before).size
+        doubled = any(np.unique(row).size < row.size for row in after)
+        moved = any(
+            not np.array_equal(a[np.isin(a, b)], b[np.isin(a, b)]) for a, b in zip(after, before, strict=True)
+        )
+        if lost or doubled or moved:
+            out[layer] = old[layer]
+    return out
 
 
 def engine_input(problem: ResidencyProblem, name: str) -> np.ndarray:

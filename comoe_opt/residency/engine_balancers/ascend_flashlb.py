@@ -25,7 +25,12 @@ balance it last planned, re-planning a layer only when its balance falls below 0
 call). Upstream compiles its inner loops with numba in fast-math mode (float32 GPU sums, fused
 multiply-adds); the port computes the same quantities with numpy, so that on near-ties (a
 last-bit difference in a risk or a score) it may choose another of the nearly equal candidates.
-The replicas' order in the placement follows numba's quicksort (`compiled_argsort`), which
+Where the tree search tries more replicas of an expert than GPUs can take, upstream's
+compiled placement uses its "no GPU" marker (-1) as an index: the last GPU gets the replica
+(a second copy) and a load and variance of -1, and once that GPU is full the write falls past
+the layout (numba checks no bounds), leaving a slot empty; the port does the same, and a
+final layout with an empty slot keeps the current one, as upstream. The replicas' order in the
+placement follows numba's quicksort (`compiled_argsort`), which
 orders equal loads per replica its own way. Checked against
 upstream's own outputs (tests/test_engine_balancers.py, tests/data/ascend/).
 """
@@ -173,14 +178,23 @@ def lpt(mu: np.ndarray, var: np.ndarray, cov: np.ndarray, replicas: np.ndarray, 
             open_ = (filled < slots) & ~(layout == e).any(axis=1)
             new_mu = gpu_mu.astype(np.float64) + share
             new_var = gpu_var.astype(np.float64) + own_var
-            for k in range(int(filled.max(initial=0))):
+            for k in range(min(int(filled.max(initial=0)), slots)):
                 other = layout[:, k]
                 held = k < filled
                 term = 2 * cov[e, np.where(held, other, 0)] / replicas[e] / replicas[np.where(held, other, 0)]
                 new_var = np.where(held, new_var + term, new_var)
-            risk = new_mu + Z_SCORE * np.sqrt(new_var)
-            candidates = every[open_ & (risk < 1e30)]
+            with np.errstate(invalid="ignore"):  # a GPU marked -1 below has no risk (NaN), as upstream
+                risk = new_mu + Z_SCORE * np.sqrt(new_var)
+                candidates = every[open_ & (risk < 1e30)]
+            # no GPU can take the replica: upstream's "none" (-1) indexes the last GPU, which gets
+            # the replica (a second copy) while it has a slot, and load and variance -1
             best = int(candidates[np.argmin(risk[candidates])]) if candidates.size else -1
+            if best == -1:
+                gpu_mu[-1], gpu_var[-1] = -1.0, -1.0
+                if filled[-1] < slots:
+                    layout[-1, filled[-1]] = e
+                filled[-1] += 1
+                continue
             gpu_mu[best], gpu_var[best] = new_mu[best], new_var[best]  # stored in float32, as upstream
             layout[best, filled[best]] = e
             filled[best] += 1
