@@ -61,6 +61,7 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import INF, DirectModel
+from comoe_opt.residency.anneal import anneal
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -440,10 +441,13 @@ def decompose(
     joint: bool = True,
     cuts: Cuts | None = None,
     search_rounds: int = 1,
+    anneal_proposals: int = 40_000,
 ) -> DecomposeResult:
     """Class-model bounds — the LP relaxation (root), the joint MILP, the Lagrangian over layers
     from the LP's prices — and a placement: the joint model's (or the repaired Lagrangian) counts
-    on chiplets, and `start` when given, each improved by `search_rounds` local searches.
+    on chiplets, and `start` when given, each improved by `search_rounds` local searches; the
+    better then by `anneal_proposals` annealing proposals per layer (anneal.py) until the budget
+    ends.
 
     The joint MILP gets a third of `time_limit_s`, the subgradient steps what remains of two
     thirds; a started layer solve is finished, so this is a budget, not a promise to the
@@ -475,7 +479,13 @@ def decompose(
     if counts is None:
         counts = _repair_counts(problem, classes, best.counts)
     placement, objective = _incumbent(problem, classes, counts, start, search_rounds)
-    lap("placement", t)
+    t = lap("placement", t)
+    if placement is not None and anneal_proposals:
+        annealed = anneal(problem, placement, proposals=anneal_proposals, stop_at=began + time_limit_s)
+        value = score(problem, annealed).total
+        if value < objective:
+            placement, objective = annealed, value
+    lap("anneal", t)
     return DecomposeResult(
         bound=max(root, joint_bound, best.bound),
         root_bound=root,
