@@ -83,6 +83,12 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "token_imbalance_mean": ("–", "evaluate: mean over samples of the same ratio"),
     "energy_mj_per_layer": ("mJ", "evaluate: energy per layer (D2D, HBM, SRAM, FLOPs)"),
     "prefetch_issued": ("prefetches", "evaluate: prefetches issued"),
+    "prefetch_denied": ("rounds", "evaluate: prefetch rounds ended by a page that could not land in time"),
+    "replica_factor_paper": (
+        "–",
+        "evaluate: the paper's accounting: (placed + buffered pages read) / distinct, per micro-batch",
+    ),
+    "buffered_in_use_per_batch": ("pages", "evaluate: buffered (unplaced) pages tokens read per micro-batch"),
     "prefetch_accuracy": ("–", "evaluate: prefetches the next layer used / prefetches issued"),
     "prefetch_wasted_gb_per_batch": ("GB", "evaluate: bytes of cancelled prefetches per micro-batch"),
     "pages_migrated": ("pages", "evaluate: re-plan replica copies that landed (counted on landing)"),
