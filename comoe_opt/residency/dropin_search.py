@@ -33,6 +33,8 @@ import numpy as np
 from comoe_opt.residency.scenarios import MAX_ENUMERATED_CHIPLETS
 
 CANDIDATES = 48  # moves scored per layer and iteration
+SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
+POWER = 1.0
 PATIENCE = 4  # iterations without an improving move before a layer stops
 MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so the search ends anyway
 POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
@@ -58,6 +60,12 @@ def replica_counts(slots: np.ndarray, experts: int, gpus: int) -> np.ndarray:
     n = np.zeros((layers, experts, gpus), dtype=np.int64)
     np.add.at(n, (np.arange(layers)[:, None], slots, gpu[None, :]), 1)
     return n
+
+
+def step_mean(spans: np.ndarray) -> np.ndarray:
+    """What the search minimises over a layer's steps: the mean of each step's max/mean GPU load,
+    raised to `POWER` (above 1, the steps with the worst peaks weigh more)."""
+    return (spans.astype(np.float64) ** POWER).mean(axis=-1)
 
 
 def moved(n: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
@@ -113,10 +121,25 @@ def base_pool(gpus: int) -> np.ndarray:
 
 
 def _enumerated(masks: np.ndarray, w: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """([S] exact best-split makespans, the distinct bottleneck sets) over every GPU set."""
-    sets = np.arange(1, 1 << gpus, dtype=np.int64)
-    ratio = (w @ _inside(masks, sets, w.dtype.type)) / _sizes(sets, gpus).astype(w.dtype)
-    return ratio.max(axis=-1).astype(np.float64), np.unique(sets[ratio.argmax(axis=-1)])
+    """([S] exact best-split makespans, the distinct bottleneck sets) over every GPU set.
+
+    The work confined to each set is a sum over its subsets of the work whose replica set is
+    exactly that subset: G passes over [2^G, S] (no matrix product, whose BLAS threads contend
+    on a shared host)."""
+    work = np.zeros((1 << gpus, w.shape[0]), dtype=w.dtype)
+    np.add.at(work, masks, w.T)
+    for bit in range(gpus):
+        upper = _with_bit(gpus, bit)
+        work[upper] += work[upper ^ (1 << bit)]
+    ratio = work[1:] / _sizes(np.arange(1, 1 << gpus, dtype=np.int64), gpus).astype(w.dtype)[:, None]
+    worst = ratio.argmax(axis=0)
+    return ratio[worst, np.arange(w.shape[0])].astype(np.float64), np.unique(worst + 1).astype(np.int64)
+
+
+def _with_bit(gpus: int, bit: int) -> np.ndarray:
+    """The GPU sets (of `gpus`) that hold GPU `bit`."""
+    sets = np.arange(1 << gpus, dtype=np.int64)
+    return sets[(sets >> bit) & 1 == 1]
 
 
 def _masks(resident: np.ndarray) -> np.ndarray:
@@ -165,6 +188,7 @@ class Search:
         move_cost: float,
         rng: np.random.Generator,
         pools: list[np.ndarray] | None = None,
+        significance: float | None = None,
     ):
         self.slots = slots.copy()
         w = w.astype(np.float32)  # half the memory traffic; the result is checked in float64
@@ -175,6 +199,7 @@ class Search:
         self.n = replica_counts(self.slots, self.experts, shape.gpus)
         self.prev = prev  # [layers, E, G] or None
         self.move_cost = move_cost
+        self.significance = SIGNIFICANCE if significance is None else significance
         self.sets: list[np.ndarray] = [] if pools is None else pools
         self.per_step = np.zeros((self.layers, self.steps))  # each step's current makespan
         self.gpu_rows = np.zeros((self.layers, shape.gpus, self.steps), dtype=np.float32)  # even: loads
@@ -196,7 +221,7 @@ class Search:
             self.in_sets = [np.empty(0)] * self.layers
             for layer in range(self.layers):
                 self.per_step[layer] = self._lp_layer(layer)
-        self.objective = self.per_step.mean(axis=1) + self.move_cost * moved(self.n, self.prev)
+        self.objective = step_mean(self.per_step) + self.move_cost * moved(self.n, self.prev)
 
     def masks(self, layer: int) -> np.ndarray:
         return _masks(self.n[layer] > 0)
@@ -228,7 +253,7 @@ class Search:
         prev = None if self.prev is None else self.prev[layer]
         n = self.n[layer].copy()
         n[c.e[row, k]], n[c.f[row, k]] = c.na[row, k], c.nb[row, k]
-        value = spans.mean() + self.move_cost * moved(n, prev)
+        value = step_mean(spans) + self.move_cost * moved(n, prev)
         if value < self.objective[layer] - 1e-9 * max(1.0, abs(self.objective[layer])):
             return True
         self.sets[layer] = np.union1d(self.sets[layer], worst)
@@ -287,9 +312,10 @@ class Search:
             loads = self.wt[rows, c.e][:, :, None, :] * da[..., None]
             loads += self.wt[rows, c.f][:, :, None, :] * db[..., None]
             loads += self.gpu_rows[c.layer][:, None]
-            score = loads.max(axis=2).mean(axis=-1, dtype=np.float64)
+            spans = loads.max(axis=2)  # [B, K, S]
         else:
-            score = np.stack([self._lp_candidates(row, c) for row in range(c.layer.size)])
+            spans = self._lp_candidates(c)
+        score = self._pessimistic(spans, c.layer)
         if self.prev is not None:
             pa, pb = self.prev[rows, c.e], self.prev[rows, c.f]
             before = np.maximum(self.n[rows, c.e] - pa, 0).sum(-1) + np.maximum(
@@ -301,20 +327,41 @@ class Search:
             )
         return np.where(c.valid, score, np.inf)
 
-    def _lp_candidates(self, row: int, c: _Candidates) -> np.ndarray:
-        layer, sets = int(c.layer[row]), self.sets[int(c.layer[row])]
-        masks = self.masks(layer)
-        bits = np.int64(1) << np.arange(self.shape.gpus, dtype=np.int64)
-        new_a, new_b = (c.na[row] > 0) @ bits, (c.nb[row] > 0) @ bits
-        da = _inside(new_a, sets) - _inside(masks[c.e[row]], sets)  # [K, sets]
-        db = _inside(new_b, sets) - _inside(masks[c.f[row]], sets)
-        w = self.wt[layer]
-        in_sets = (
-            self.in_sets[layer][None]
-            + w[c.e[row]][:, :, None] * da[:, None]
-            + w[c.f[row]][:, :, None] * db[:, None]
-        )
-        return (in_sets / _sizes(sets, self.shape.gpus)).max(axis=-1).mean(axis=-1)
+    def _pessimistic(self, spans: np.ndarray, layers: np.ndarray) -> np.ndarray:
+        """[B, K] each candidate's mean per-step score plus `self.significance` standard errors of
+        its per-step change: a move must gain more than the steps' noise can explain, which is
+        what keeps the plan from fitting the history's accidents."""
+        current = self.per_step[layers] ** POWER
+        change = spans.astype(np.float64) ** POWER - current[:, None, :]
+        score = current.mean(axis=-1)[:, None] + change.mean(axis=-1)
+        if self.significance > 0 and spans.shape[-1] > 1:
+            score += self.significance * change.std(axis=-1, ddof=1) / np.sqrt(spans.shape[-1])
+        return score
+
+    def _lp_candidates(self, c: _Candidates) -> np.ndarray:
+        """[B, K, S] each candidate's per-step makespans on the layers' pools of GPU sets (padded
+        with the set of all GPUs, the last of every pool, which changes no maximum)."""
+        b, gpus = c.layer.size, self.shape.gpus
+        width = max(self.sets[layer].size for layer in c.layer)
+        sets = np.full((b, width), (1 << gpus) - 1, dtype=np.int64)
+        work = np.empty((b, width, self.steps), dtype=np.float32)  # [B, P, S]
+        for row, layer in enumerate(c.layer):
+            size = self.sets[layer].size
+            sets[row, :size] = self.sets[layer]
+            work[row, :size] = self.in_sets[layer].T
+            work[row, size:] = self.in_sets[layer][:, -1]
+        masks = np.stack([self.masks(layer) for layer in c.layer])
+        bits = np.int64(1) << np.arange(gpus, dtype=np.int64)
+        rows, pool = np.arange(b)[:, None], sets[:, None, :]
+        changes = []
+        for expert, after in ((c.e, c.na), (c.f, c.nb)):
+            new = ((after > 0).astype(np.int64) @ bits)[..., None]
+            old = masks[rows, expert][..., None]
+            changes.append((((new & ~pool) == 0).astype(np.float32) - ((old & ~pool) == 0))[..., None])
+        loads = work[:, None] + self.wt[rows, c.e][:, :, None, :] * changes[0]  # [B, K, P, S]
+        loads += self.wt[rows, c.f][:, :, None, :] * changes[1]
+        loads /= _sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
+        return loads.max(axis=2)
 
     def _apply(self, c: _Candidates, row: int, k: int) -> None:
         layer = int(c.layer[row])
@@ -333,7 +380,7 @@ class Search:
         self.applied += 1
         if self.shape.dispatch == "lp":
             self.per_step[layer] = self._lp_layer(layer)
-        self.objective[layer] = self.per_step[layer].mean() + self.move_cost * moved(
+        self.objective[layer] = step_mean(self.per_step[layer]) + self.move_cost * moved(
             self.n[layer], None if self.prev is None else self.prev[layer]
         )
 
