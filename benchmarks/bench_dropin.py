@@ -72,6 +72,7 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
         "ours, even": lambda h, prev: _ours(h, prev, "even"),
         "ours, lp": lambda h, prev: _ours(h, prev, "lp"),
         "ours, even, no previous": lambda h, prev: _ours(h, None, "even"),
+        "ours, even, move cost 0.004": lambda h, prev: _ours(h, prev, "even", move_cost=0.004),
     }
     if not with_engines:
         return plans, "engine ports not run (--no-engines)"
@@ -86,9 +87,9 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
     return plans, "engine ports: " + ", ".join(n for n in engines.ENGINE_BALANCERS if not n.endswith("-hier"))
 
 
-def _ours(history: np.ndarray, previous: np.ndarray | None, dispatch: str) -> np.ndarray:
+def _ours(history: np.ndarray, previous: np.ndarray | None, dispatch: str, **options: float) -> np.ndarray:
     args = (history.sum(axis=0), SLOTS, 1, 1, GPUS)
-    return rebalance_experts(*args, history=history, previous=previous, dispatch=dispatch)[0]
+    return rebalance_experts(*args, history=history, previous=previous, dispatch=dispatch, **options)[0]
 
 
 def _engine(port: Callable[..., Any], per_step: bool, incremental: bool) -> Plan:
@@ -269,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         " the engines' even split and with the best split (SGLang's `lp` dispatch). Moves are counted"
         " against the map each balancer itself had in service (the engines' initial layout at first).",
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
-        " previous=map in service, dispatch=...)` with its defaults (time budget 10x EPLB's own time"
-        " for `even`, 300x for `lp`; move cost 0.001 per expert).",
+        " previous=map in service, dispatch=...)` with its defaults (time budget 15x EPLB's own time"
+        " for `even`, 300x for `lp`; move cost 0.002 per expert).",
         "",
         f"## All {n} windows",
         "",

@@ -35,7 +35,9 @@ from comoe_opt.residency.scenarios import MAX_ENUMERATED_CHIPLETS
 CANDIDATES = 48  # moves scored per layer and iteration
 SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
 POWER = 1.0
-PATIENCE = 4  # iterations without an improving move before a layer stops
+LSE = True
+DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
+PATIENCE = 3  # iterations without an improving move before a layer stops
 MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so the search ends anyway
 POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
 
@@ -315,17 +317,18 @@ class Search:
             spans = loads.max(axis=2)  # [B, K, S]
         else:
             spans = self._lp_candidates(c)
-        score = self._pessimistic(spans, c.layer)
-        if self.prev is not None:
-            pa, pb = self.prev[rows, c.e], self.prev[rows, c.f]
-            before = np.maximum(self.n[rows, c.e] - pa, 0).sum(-1) + np.maximum(
-                self.n[rows, c.f] - pb, 0
-            ).sum(-1)
-            after = np.maximum(c.na - pa, 0).sum(-1) + np.maximum(c.nb - pb, 0).sum(-1)
-            score = score + self.move_cost * (
-                moved(self.n[c.layer], self.prev[c.layer])[:, None] + after - before
-            )
+        score = self._pessimistic(spans, c.layer) + self._move_costs(c)
         return np.where(c.valid, score, np.inf)
+
+    def _move_costs(self, c: _Candidates) -> np.ndarray:
+        """[B, K] `move_cost` times the experts each candidate leaves moved off `prev`."""
+        if self.prev is None:
+            return np.zeros(c.e.shape)
+        rows = c.layer[:, None]
+        pa, pb = self.prev[rows, c.e], self.prev[rows, c.f]
+        before = np.maximum(self.n[rows, c.e] - pa, 0).sum(-1) + np.maximum(self.n[rows, c.f] - pb, 0).sum(-1)
+        after = np.maximum(c.na - pa, 0).sum(-1) + np.maximum(c.nb - pb, 0).sum(-1)
+        return self.move_cost * (moved(self.n[c.layer], self.prev[c.layer])[:, None] + after - before)
 
     def _pessimistic(self, spans: np.ndarray, layers: np.ndarray) -> np.ndarray:
         """[B, K] each candidate's mean per-step score plus `self.significance` standard errors of
@@ -399,14 +402,141 @@ class Search:
             c = self._draw(active)
             objective = self._candidate_objectives(c)
             best = objective.argmin(axis=1)
-            for row, layer in enumerate(active):
-                value = objective[row, best[row]]
-                better = value < self.objective[layer] - 1e-12 * max(1.0, abs(self.objective[layer]))
-                if better and self.shape.dispatch == "lp" and self.enumerated:
-                    better = self._exact_gain(c, row, int(best[row]))
-                if better:
-                    self._apply(c, row, int(best[row]))
-                    idle[layer] = 0
-                else:
-                    idle[layer] += 1
+            current = self.objective[active]
+            better = objective[np.arange(active.size), best] < current - 1e-12 * np.maximum(
+                1.0, np.abs(current)
+            )
+            if self.shape.dispatch == "lp" and self.enumerated:
+                for row in np.flatnonzero(better):
+                    better[row] = self._exact_gain(c, int(row), int(best[row]))
+            self._apply_all(c, np.flatnonzero(better), best[better])
+            idle[active] = np.where(better, 0, idle[active] + 1)
         return False
+
+    def _apply_all(self, c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> None:
+        for row, k in zip(rows.tolist(), ks.tolist(), strict=True):
+            self._apply(c, row, k)
+
+
+class MomentSearch(Search):
+    """`even` dispatch scored on the steps' moments instead of the steps themselves.
+
+    A GPU's load under the even split is linear in the experts' loads, so its mean over the
+    steps and its variance (with every covariance between experts: experts that burst together
+    should not share a GPU) follow from the experts' means and covariances. The score is the
+    expected peak, the mean over `DRAWS` fixed standard normal draws z of max_g (mean_g + sd_g
+    z_g): a smooth function of the plan that the steps' accidents move far less than the mean
+    of their peaks, which is what a plan should be judged by on the steps that come next. A
+    move touches two experts, so its score costs O(GPUs x DRAWS), whatever the history's length.
+    """
+
+    def __init__(self, *args: object, **kwargs: object):
+        kwargs["significance"] = 0.0  # the score is smooth: no step-noise penalty
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def _reset_scores(self) -> None:
+        w = self.w.astype(np.float64)  # [L, S, E]
+        self.mean = w.mean(axis=1)  # [L, E]
+        self.dev = np.ascontiguousarray((w - self.mean[:, None, :]).transpose(0, 2, 1))  # [L, E, S]
+        self.var_w = (self.dev**2).mean(axis=-1)  # [L, E]
+        share = self.n / np.maximum(self.n.sum(axis=-1, keepdims=True), 1)  # [L, E, G]
+        self.mu = np.einsum("le,leg->lg", self.mean, share)
+        centred = np.matmul(share.transpose(0, 2, 1), self.dev)  # [L, G, S] GPU loads, centred
+        self.cov = np.matmul(self.dev, centred.transpose(0, 2, 1)) / max(self.steps, 1)  # [L, E, G]
+        self.var_g = (centred**2).mean(axis=-1)  # [L, G]
+        self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
+        if self.steps == 1:
+            self.z = np.zeros((1, self.shape.gpus))  # one step: its peak, exactly
+        # temperatures from the steps alone (not the plan), so that every plan is scored alike
+        spread = float(np.sqrt(self.var_w.sum(axis=-1) / self.shape.gpus).mean()) or 1.0
+        self.temperatures = (
+            spread * np.array([0.25, 0.5, 1.0, 2.0, 4.0]) / np.sqrt(2 * np.log(max(self.shape.gpus, 2)))
+        )
+        self.per_step = self._peaks(self.mu, self.var_g)
+        self.objective = step_mean(self.per_step) + self.move_cost * moved(self.n, self.prev)
+
+    def _peaks(self, mu: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """[..., DRAWS] max over GPUs of mean + sd z, for mu and var [..., G]."""
+        sd = np.sqrt(np.maximum(var, 0.0))
+        if LSE and self.steps > 1:
+            return self._lse(mu, var, sd)
+        # [..., G, DRAWS]: the draws innermost, so the max over GPUs runs along contiguous rows
+        return (mu[..., None] + sd[..., None] * self.z.T).max(axis=-2)
+
+    def _lse(self, mu: np.ndarray, var: np.ndarray, sd: np.ndarray) -> np.ndarray:
+        """[..., 1] min over temperatures t of t log sum_g exp(mu_g / t + var_g / 2t^2), a bound on
+        the expected peak that is smooth and costs O(GPUs) per candidate."""
+        t = self.temperatures  # [T]
+        top = mu.max(axis=-1, keepdims=True)
+        expo = (mu[..., None] - top[..., None]) / t + var[..., None] / (2 * t**2)  # [..., G, T]
+        peak = expo.max(axis=-2, keepdims=True)
+        bound = top + t * (peak[..., 0, :] + np.log(np.exp(expo - peak).sum(axis=-2)))
+        return bound.min(axis=-1, keepdims=True)
+
+    def _peak_shares(self, active: np.ndarray) -> np.ndarray:
+        gpus = self.shape.gpus
+        sd = np.sqrt(np.maximum(self.var_g[active], 0.0))
+        peaks = (self.mu[active][:, None, :] + sd[:, None, :] * self.z).argmax(axis=-1)  # [B, DRAWS]
+        share = (peaks[..., None] == np.arange(gpus)).sum(axis=1).astype(np.float64)
+        share += 0.05 * share.sum(axis=1, keepdims=True) / gpus + 1e-12
+        return share / share.sum(axis=1, keepdims=True)
+
+    def _changes(
+        self, layer: np.ndarray, c: _Candidates
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(new mean, new variance) of every GPU's load under each candidate, and the share changes."""
+        rows = layer[:, None]
+        old_a = self.n[rows, c.e] / self.n[rows, c.e].sum(-1, keepdims=True)
+        old_b = self.n[rows, c.f] / self.n[rows, c.f].sum(-1, keepdims=True)
+        da = c.na / np.maximum(c.na.sum(-1, keepdims=True), 1) - old_a  # [B, K, G]
+        db = c.nb / np.maximum(c.nb.sum(-1, keepdims=True), 1) - old_b
+        mu = (
+            self.mu[layer][:, None]
+            + da * self.mean[rows, c.e][..., None]
+            + db * self.mean[rows, c.f][..., None]
+        )
+        cross = (self.dev[rows, c.e] * self.dev[rows, c.f]).mean(axis=-1)[..., None]  # Cov(w_e, w_f)
+        var = (
+            self.var_g[layer][:, None]
+            + da**2 * self.var_w[rows, c.e][..., None]
+            + db**2 * self.var_w[rows, c.f][..., None]
+            + 2 * da * self.cov[rows, c.e]
+            + 2 * db * self.cov[rows, c.f]
+            + 2 * da * db * cross
+        )
+        return mu, var, da, db
+
+    def _candidate_objectives(self, c: _Candidates) -> np.ndarray:
+        self._last = self._changes(c.layer, c)  # the chosen moves' new moments, for _apply_all
+        score = step_mean(self._peaks(self._last[0], self._last[1]))
+        return np.where(c.valid, score + self._move_costs(c), np.inf)
+
+    def _apply_all(self, c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> None:
+        """Every layer's chosen move at once (one per layer, so no two touch the same rows)."""
+        if rows.size == 0:
+            return
+        layers = c.layer[rows]
+        mu, var, da, db = (x[rows, ks] for x in self._last)
+        e, f, i, j = (x[rows, ks] for x in (c.e, c.f, c.i, c.j))
+        steps = max(self.steps, 1)
+        dev = self.dev[layers]  # [b, E, S]
+        for expert, change in ((e, da), (f, db)):
+            column = np.einsum("bes,bs->be", dev, self.dev[layers, expert]) / steps  # Cov(w_., w_expert)
+            self.cov[layers] += column[:, :, None] * change[:, None, :]
+        self.mu[layers], self.var_g[layers] = mu, var
+        swap = c.swap[rows, ks]
+        self.slots[layers, i] = f
+        self.slots[layers[swap], j[swap]] = e[swap]
+        self.n[layers, e], self.n[layers, f] = c.na[rows, ks], c.nb[rows, ks]
+        self.applied += rows.size
+        self.per_step[layers] = self._peaks(mu, var)
+        prev = None if self.prev is None else self.prev[layers]
+        self.objective[layers] = step_mean(self.per_step[layers]) + self.move_cost * moved(
+            self.n[layers], prev
+        )
+
+
+def expected_peaks(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
+    """[layers] the `even` objective of `slots` on normalised steps `w` [layers, S, E] (MomentSearch)."""
+    search = MomentSearch(slots, w, Shape(gpus, 1, "even"), None, 0.0, np.random.default_rng(0))
+    return step_mean(search.per_step)

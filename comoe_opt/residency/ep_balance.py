@@ -46,8 +46,8 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # default budget: this many times what EPLB's own plan took in the call (upstream's torch EPLB
 # measured 9-21x our port on the same inputs, so `even` stays within upstream's time); the best
 # split costs about thirty times more to score
-BUDGET_TIMES_EPLB = {"even": 10.0, "lp": 300.0}
-MOVE_COST = 0.001  # default price of a moved expert, in per-step max/mean (0.1% of a mean GPU load)
+BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
+MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
 EXPLAIN_STEPS = 32  # steps the explain report's redundancy check scores per layer
 
 
@@ -65,6 +65,8 @@ class Report:
     planned_on: str  # "history (S steps)", "weight", or why history was not used
     score: float  # mean over layers and steps of the planned max/mean GPU load under `dispatch`
     eplb_score: float  # EPLB's plan, scored the same way
+    objective: float  # what the search minimised, mean over layers (`even`: the expected peak)
+    eplb_objective: float  # EPLB's plan, kept in place, on the same objective
     moved: int  # experts copied to a GPU that did not hold them, relative to `previous` (0 without)
     eplb_moved: int  # EPLB's plan, kept in place the same way
     redundancy_gain: float | None  # share of EPLB's score bought by the redundant slots (None: none)
@@ -257,7 +259,8 @@ def _search(
     rng = np.random.default_rng(seed)
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
-        run = search.Search(start, w, shape, prev_n, move_cost, rng)
+        kind = search.MomentSearch if shape.dispatch == "even" else search.Search
+        run = kind(start, w, shape, prev_n, move_cost, rng)
         stopped = run.run(expired, iterations)
         # the search scores in float32: keep a layer's start wherever float64 disagrees
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
@@ -320,8 +323,14 @@ def _exact(
 def _objective(
     plan: np.ndarray, w: np.ndarray, shape: search.Shape, prev_n: np.ndarray | None, move_cost: float
 ) -> np.ndarray:
+    """[layers] what the search minimises: the expected peak (`even`) or the mean best-split
+    max/mean (`lp`), plus the moves' price."""
     n = search.replica_counts(plan, w.shape[-1], shape.gpus)
-    return search.step_mean(search.scores(plan, w, shape)) + move_cost * search.moved(n, prev_n)
+    if shape.dispatch == "even":
+        value = search.expected_peaks(plan, w, shape.gpus)
+    else:
+        value = search.step_mean(search.scores(plan, w, shape))
+    return value + move_cost * search.moved(n, prev_n)
 
 
 def _better_start(
@@ -355,9 +364,12 @@ def _report(
     eplb_score = float(search.scores(eplb_map, w, shape).mean())
     moved = int(search.moved(search.replica_counts(plan, experts, shape.gpus), prev_n).sum())
     eplb_moved = int(search.moved(search.replica_counts(eplb_map, experts, shape.gpus), prev_n).sum())
+    objective = float(_objective(plan, w, shape, prev_n, 0.0).mean())
+    eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0).mean())
     return Report(
-        method, dispatch, planned_on, score, eplb_score, moved, eplb_moved, None, None, stopped, seconds
-    )
+        method, dispatch, planned_on, score, eplb_score, objective, eplb_objective, moved, eplb_moved,
+        None, None, stopped, seconds,
+    )  # fmt: skip
 
 
 def _with_redundancy(
