@@ -207,6 +207,7 @@ class Search:
         self.gpu_rows = np.zeros((self.layers, shape.gpus, self.steps), dtype=np.float32)  # even: loads
         self.in_sets: list[np.ndarray] = []  # lp: [S, sets] work confined to each set
         self._reset_scores()
+        self.start_objective = self.objective.copy()
         self.applied = 0
 
     # -------------------------------------------------------------- state
@@ -441,8 +442,11 @@ class MomentSearch(Search):
         self.var_w = (self.dev**2).mean(axis=-1)  # [L, E]
         share = self.n / np.maximum(self.n.sum(axis=-1, keepdims=True), 1)  # [L, E, G]
         self.mu = np.einsum("le,leg->lg", self.mean, share)
-        centred = np.matmul(share.transpose(0, 2, 1), self.dev)  # [L, G, S] GPU loads, centred
-        self.cov = np.matmul(self.dev, centred.transpose(0, 2, 1)) / max(self.steps, 1)  # [L, E, G]
+        # einsum's own loops, not a BLAS product: BLAS threads contend badly on a shared host
+        per_slot = np.take_along_axis(self.dev, self.slots[:, :, None], axis=1)  # [L, slots, S]
+        per_slot /= np.take_along_axis(self.n.sum(axis=-1), self.slots, axis=1)[:, :, None]
+        centred = per_slot.reshape(self.layers, self.shape.gpus, -1, self.steps).sum(axis=2)  # [L, G, S]
+        self.cov = np.einsum("les,lgs->leg", self.dev, centred) / max(self.steps, 1)  # [L, E, G]
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:

@@ -262,9 +262,11 @@ def _search(
         kind = search.MomentSearch if shape.dispatch == "even" else search.Search
         run = kind(start, w, shape, prev_n, move_cost, rng)
         stopped = run.run(expired, iterations)
-        # the search scores in float32: keep a layer's start wherever float64 disagrees
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
-        if changed.size:
+        if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
+            worse = changed[run.objective[changed] > run.start_objective[changed]]
+            plan[worse] = start[worse]
+        elif changed.size:  # lp scores candidates in float32: keep a start where float64 disagrees
             sub = None if prev_n is None else prev_n[changed]
             new = _objective(plan[changed], w[changed], shape, sub, move_cost)
             worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost)]
