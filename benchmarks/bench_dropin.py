@@ -156,13 +156,14 @@ def load_upstream(path: Path | None) -> Callable[..., Any] | None:
 
 def side_by_side(
     upstream: Callable[..., Any] | None, cases: list[tuple[str, np.ndarray, np.ndarray, list[int]]]
-) -> list[str]:
+) -> tuple[list[str], dict[str, float]]:
     """Median seconds per call of our default (even, history), our EPLB port and upstream, each case
     timed back to back three times."""
     lines = [
         "| input | ours, default (ms) | our EPLB port (ms) | upstream EPLB (ms) | ours / upstream |",
         "|---|---:|---:|---:|---:|",
     ]
+    worst: dict[str, float] = {}
     for name, weight, history, args in cases:
         times: dict[str, list[float]] = {"ours": [], "port": [], "upstream": []}
         for _ in range(3):
@@ -174,9 +175,11 @@ def side_by_side(
         if times["upstream"]:
             up = 1e3 * np.median(times["upstream"])
             lines.append(f"| {name} | {ours:.0f} | {port:.0f} | {up:.0f} | {ours / up:.2f} |")
+            scale = name.split(" ")[0]
+            worst[scale] = max(worst.get(scale, 0.0), ours / up)
         else:
             lines.append(f"| {name} | {ours:.0f} | {port:.0f} | not run | — |")
-    return lines
+    return lines, worst
 
 
 def _seconds(call: Callable[..., Any], *args: Any, **kwargs: Any) -> float:
@@ -231,6 +234,36 @@ def table(rows: list[Row], first: int) -> list[str]:
     return lines
 
 
+def targets(rows: list[Row], ratios: dict[str, float]) -> list[str]:
+    """The issue's targets on all windows: each line says met or missed, with the number."""
+    by = {r.name: r for r in rows if not r.failed}
+
+    def p95(name: str, split: str) -> float:
+        return float(np.percentile(np.concatenate(getattr(by[name], split)), 95))
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    lines = []
+    for name in ("ours, even", "ours, even, no previous"):
+        gain = 1 - p95(name, "even") / p95("EPLB", "even")
+        lines.append(
+            f"- {name}: P95 even split {100 * gain:.1f}% below EPLB (target 3%): {mark(gain >= 0.03)}."
+        )
+    gain = 1 - p95("ours, lp", "best") / p95("EPLB", "best")
+    lines.append(
+        f"- ours, lp: P95 best split {100 * gain:.1f}% below EPLB's (target 10%): {mark(gain >= 0.1)}."
+    )
+    for name in ("ours, even", "ours, lp"):
+        share = np.mean(by[name].moved) / np.mean(by["EPLB"].moved)
+        lines.append(f"- {name}: moves {share:.3f} of EPLB's experts (target 1/10): {mark(share <= 0.1)}.")
+    for scale, ratio in ratios.items():
+        lines.append(
+            f"- {scale} planning time, worst ours / upstream: {ratio:.2f} (target 2): {mark(ratio <= 2)}."
+        )
+    return lines
+
+
 def held_out(rows: list[Row], n: int) -> list[str]:
     if n < HELD_OUT_FROM:
         return []
@@ -258,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         plans = {k: v for k, v in plans.items() if k == "EPLB" or k in args.only}
     rows = replay(counts, plans, args.windows)
-    timing = side_by_side(load_upstream(args.upstream_eplb), timing_cases(counts))
+    timing, ratios = side_by_side(load_upstream(args.upstream_eplb), timing_cases(counts))
     n = len(rows[0].even)
     lines = [
         "# The drop-in `rebalance_experts` on GPT-OSS-20B decode steps",
@@ -272,6 +305,10 @@ def main(argv: list[str] | None = None) -> int:
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
         " previous=map in service, dispatch=...)` with its defaults (time budget 15x EPLB's own time"
         " for `even`, 300x for `lp`; move cost 0.002 per expert).",
+        "",
+        "## Targets (all windows)",
+        "",
+        *targets(rows, ratios),
         "",
         f"## All {n} windows",
         "",
