@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         " the engines' even split and with the best split (SGLang's `lp` dispatch). Moves are counted"
         " against the map each balancer itself had in service (the engines' initial layout at first).",
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
-        " previous=map in service, dispatch=...)` with its defaults (time budget 15x EPLB's own time"
+        " previous=map in service, dispatch=...)` with its defaults (time budget 10x EPLB's own time"
         " for `even`, 300x for `lp`; move cost 0.002 per expert).",
         "",
         "## Targets (all windows)",

@@ -46,7 +46,7 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # default budget: this many times what EPLB's own plan took in the call (upstream's torch EPLB
 # measured 9-21x our port on the same inputs, so `even` stays within upstream's time); the best
 # split costs about thirty times more to score
-BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
+BUDGET_TIMES_EPLB = {"even": 10.0, "lp": 300.0}
 MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
 EXPLAIN_STEPS = 32  # steps the explain report's redundancy check scores per layer
 
@@ -289,17 +289,19 @@ def _pooled_search(
     all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
     and kept per layer only where it is better, so the plan is never worse, exactly, than `start`."""
     best = start.copy()
-    value, pools = _exact(best, w, shape, prev_n, move_cost, None)
+    scored = _exact(best, w, shape, prev_n, move_cost, None, expired)
+    if scored is None:  # the min cuts of the start alone took the budget
+        return best, True
+    value, pools = scored
     for _ in range(search.POOL_ROUNDS):
-        if expired():
-            return best, True
         run = search.Search(best, w, shape, prev_n, move_cost, rng, pools=pools)
-        stopped = run.run(expired, iterations)
-        trial, pools = _exact(run.slots, w, shape, prev_n, move_cost, pools)
-        better = trial < value - 1e-12
-        best[better], value[better] = run.slots[better], trial[better]
-        if stopped:
+        if run.run(expired, iterations):
+            return best, True  # a round cut short is not checked: the last checked plan stands
+        scored = _exact(run.slots, w, shape, prev_n, move_cost, pools, expired)
+        if scored is None:
             return best, True
+        better = scored[0] < value - 1e-12
+        best[better], value[better], pools = run.slots[better], scored[0][better], scored[1]
     return best, False
 
 
@@ -310,11 +312,15 @@ def _exact(
     prev_n: np.ndarray | None,
     move_cost: float,
     pools: list[np.ndarray] | None,
-) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut."""
+    expired: Callable[[], bool],
+) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut; None
+    when the deadline passes first."""
     n = search.replica_counts(plan, w.shape[-1], shape.gpus)
     values, grown = np.empty(plan.shape[0]), []
     for layer in range(plan.shape[0]):
+        if expired():
+            return None
         spans, masks = search.lp_bottlenecks(n[layer] > 0, w[layer])
         values[layer] = search.step_mean(spans)
         base = search.base_pool(shape.gpus) if pools is None else pools[layer]
