@@ -23,7 +23,10 @@ a replica and keeps only:
   pages per class, copies per class (`m − previous replicas in k`), leases
   and quotas;
 * the replica count j (binary b[l,e,j]) for the count cut
-  `z_ls ≥ ω_lse / (j · v_max)` of the replica-count model.
+  `z_ls ≥ ω_lse / (j · v_max)` of the replica-count model;
+* optionally (`Cuts`) union cuts (the q busiest experts of a scenario with n
+  replicas among them lie on at most n chiplets) and rigid cuts (P||Cmax: if
+  the kC + 1 busiest all have one replica, some chiplet holds k + 1 of them).
 
 Every placement maps to a point of this model with the same misses and NoP,
 no more copies, and makespans that satisfy every cut (they are cuts of the
@@ -34,8 +37,9 @@ what it leaves out (the bin packing of rigid experts inside a class).
 
 Two ways to solve it:
 
-* **joint** — one MILP over all layers (`class_bound`);
-* **Lagrangian** (`lagrangian_bound`) — the pages per class, the budget and the
+* **joint** — one MILP over all layers (`ClassModel` without prices; its LP
+  relaxation alone is `class_lp_bound`, which `exact` uses);
+* **Lagrangian** (`lagrangian_value`) — the pages per class, the budget and the
   quotas are the only constraints across layers; priced by μ_k, ν, ρ_t ≥ 0
   every layer is its own small MILP, and for any prices
 
@@ -46,8 +50,8 @@ Two ways to solve it:
 
 `decompose` runs both, builds a placement from the joint model's classes and
 counts (chiplets by least load within each class, then the local search of
-refine.py), and returns the bound, per-layer bounds, multipliers, the
-placement and the time per phase. See formulations/residency.md, "Layer
+refine.py and the annealing of anneal.py), and returns the bound, per-layer
+bounds, multipliers, the placement and the time per phase. See formulations/residency.md, "Layer
 decomposition bound".
 """
 
