@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.residency.objective import nearest_nop
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -43,11 +44,12 @@ def anneal(
     seed: int = 0,
     temperature: float = 0.002,
     stop_at: float | None = None,
+    deadline: Deadline | None = None,
 ) -> Placement:
     """`placement` improved by `proposals` annealing proposals per layer (never worse).
 
-    With `stop_at` (a `time.perf_counter()` value) the layers not reached by then stay as they
-    are, and the result depends on the machine's speed.
+    With `stop_at` (a `time.perf_counter()` value) or a `deadline`, the layers not reached by
+    then stay as they are, and the result depends on the machine's speed.
     """
     work = problem.scenario_work_ms
     if work is None or not enumerable(work):
@@ -56,7 +58,7 @@ def anneal(
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
     for layer in range(problem.layers):
-        if stop_at is not None and time.perf_counter() >= stop_at:
+        if (stop_at is not None and time.perf_counter() >= stop_at) or (deadline and deadline.expired()):
             break
         rng = np.random.default_rng([seed, layer])
         resident[layer] = _Layer(problem, table, resident[layer], layer, room).run(

@@ -28,6 +28,7 @@ import pyomo.environ as pyo
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
+from comoe_opt.residency.anneal import anneal
 from comoe_opt.residency.assign import assign_replicas
 from comoe_opt.residency.cuts import ExactOutcome, cut_model_applies, solve_with_cuts
 from comoe_opt.residency.fill import fill_spare
@@ -243,7 +244,10 @@ def _longer_searches(
                 else:
                     deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
                 break
-            best.search_longer(problem, seed, deadline)
+            if seed % 2:  # annealing escapes where the descent of refine stops (formulations/residency.md)
+                best.anneal(problem, seed, deadline)
+            else:
+                best.search_longer(problem, seed, deadline)
             seed += 1
 
 
@@ -338,11 +342,18 @@ class _Incumbent:
         else:
             self.offer(problem, found, f"{self.source} + longer search")
 
+    def anneal(self, problem: ResidencyProblem, seed: int, deadline: Deadline) -> None:
+        """`ANNEAL_PROPOSALS` annealing proposals per layer from the best so far (anneal.py)."""
+        found = anneal(problem, self.placement, proposals=ANNEAL_PROPOSALS, seed=seed, deadline=deadline)
+        label = "+ annealing"
+        self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
+
 
 EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut model's rounds
 EXACT_SEARCH_FACTOR = (
     10  # ... then longer searches of this many times policy.search_moves, while time is left
 )
+ANNEAL_PROPOSALS = 10_000  # `exact`'s longer searches alternate with annealing runs of this many per layer
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
 POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
