@@ -29,13 +29,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=0, help="first N steps of the comparison (0 = all)")
     parser.add_argument("--sweep-steps", type=int, default=1024, help="first N steps of the sweep")
     parser.add_argument("--redundant", default="0,8,16,24")
+    parser.add_argument("--keep-sweep", action="store_true", help="reuse the sweep in engine-peers.json")
     args = parser.parse_args(argv)
     instance = load_instance(ROOT / "instances" / "real-gptoss20b.toml")
     steps = cmp.step_counts(instance_batches(instance))
     result = cmp.compare(instance, steps, cmp.CompareSettings(steps=args.steps))
     cmp.plot_cdf(result, OUT / "engine-peers-cdf.png")
     redundant = [int(r) for r in args.redundant.split(",")]
-    sweep = cmp.redundancy_sweep(instance, steps, redundant, cmp.CompareSettings(steps=args.sweep_steps))
+    if args.keep_sweep:
+        sweep = json.loads((OUT / "engine-peers.json").read_text())["redundant"]
+    else:
+        sweep = cmp.redundancy_sweep(instance, steps, redundant, cmp.CompareSettings(steps=args.sweep_steps))
     cmp.plot_redundancy(sweep, OUT / "engine-peers-redundant.png")
     shown = {k: v for k, v in result.items() if k != "imbalance"}
     (OUT / "engine-peers.json").write_text(json.dumps({"compare": shown, "redundant": sweep}, indent=1))

@@ -425,26 +425,29 @@ def redundancy_markdown(result: dict[str, Any]) -> str:
 
 
 def plot_cdf(result: dict[str, Any], path: Path) -> None:
-    """CDF of per-(step, layer) imbalance, one line per peer with the flow routing (the same for
-    all), the engines' own even split dashed, the limits in black."""
+    """CDF of per-(step, layer) imbalance: one colour per peer, our flow routing solid (the same
+    for all), the engines' even split dashed, the limits in black; cut at the largest P99."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    colours = plt.get_cmap("tab10")
+    peers = list(dict.fromkeys(key.split("/")[0] for key in result["imbalance"]))
+    top = max(float(np.percentile(np.asarray(v), 99)) for v in result["imbalance"].values())
     for key, ratio in result["imbalance"].items():
         peer, routing = key.split("/")
         if routing == "lp":
             continue
         values = np.sort(np.asarray(ratio).ravel())
         cdf = np.arange(1, values.size + 1) / values.size
-        style: dict[str, Any] = {}
+        style: dict[str, Any] = {"color": colours(peers.index(peer) % 10)}
         if peer in ("oracle", "hindsight"):
             style = {"color": "black", "linestyle": ":" if peer == "oracle" else "-."}
-        if routing == "even":
-            style = {"linestyle": "--", "alpha": 0.5}
+        elif routing == "even":
+            style["linestyle"], style["alpha"] = "--", 0.6
         ax.plot(values, cdf, label=f"{peer} ({routing})", linewidth=1.2, **style)
     ax.axvline(1.0, color="grey", linewidth=0.8)
     ax.set_xlabel("imbalance per (step, layer): largest / mean device load")
     ax.set_ylabel("share of (step, layer) samples")
-    ax.set_xlim(1.0, None)
+    ax.set_xlim(1.0, max(top, 1.05))
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
