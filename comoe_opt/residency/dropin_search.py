@@ -37,7 +37,8 @@ SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must 
 POWER = 1.0
 LSE = True
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
-PATIENCE = 3  # iterations without an improving move before a layer stops
+# iterations without an improving move before a layer stops (lp's moves are rarer finds)
+PATIENCE = {"even": 3, "lp": 5}
 MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so the search ends anyway
 POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
 
@@ -395,7 +396,7 @@ class Search:
         deadline cut it short."""
         idle = np.zeros(self.layers, dtype=np.int64)
         for _ in range(MAX_ITERATIONS if iterations is None else min(iterations, MAX_ITERATIONS)):
-            active = np.flatnonzero(idle < PATIENCE)
+            active = np.flatnonzero(idle < PATIENCE[self.shape.dispatch])
             if active.size == 0:
                 return False
             if expired():
