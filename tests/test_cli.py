@@ -223,6 +223,8 @@ def test_help_names_are_the_librarys() -> None:
 
     assert tuple(choices.RESIDENCY_METHODS) == RESIDENCY_METHODS
     assert tuple(choices.STRATEGIES) == tuple(STRATEGIES)
+    assert all(choices.STRATEGIES.values())  # every strategy describes itself where it is defined
+    assert all(choices.RESIDENCY_METHODS.values())
     assert (*TABLE4, "eplb") == choices.DEFAULT_STRATEGIES
     assert PaperSettings.sweep_batches == choices.PAPER_SWEEP_BATCHES
     assert PaperSettings.table5_batches == choices.PAPER_TABLE5_BATCHES

@@ -7,6 +7,7 @@ tests/test_cli.py checks that these names are exactly the library's.
 
 from __future__ import annotations
 
+from comoe_opt.evaluator.strategies import STRATEGIES as EVALUATOR_STRATEGIES
 from comoe_opt.formats.engines import ENGINE_FORMATS
 from comoe_opt.residency.heuristics import HEURISTICS
 
@@ -22,32 +23,7 @@ RESIDENCY_METHODS: dict[str, str] = {
     **{name: f"heuristic: {h.description}" for name, h in HEURISTICS.items()},
 }
 
-STRATEGIES: dict[str, str] = {
-    "static": "planned once, no replicas, home routing (paper Table 4)",
-    "hot": "hot-expert replication in spare pages, even split (paper Table 4)",
-    "hot-evict": "hot replication that evicts the coldest experts for its replicas",
-    "transition": "static placement + confidence-gated transition prefetch (paper Table 4)",
-    "comoe": "CoMoE-Chip: both loops, prefetch, credits, min-cost-flow routing",
-    "eplb": "EPLB re-planned every window, the engines' even split",
-    "eplb-flow": "EPLB's placement with min-cost-flow routing (the strongest EPLB)",
-    "oracle": "EPLB planned on each micro-batch itself, installed at once (the limit)",
-    "comoe-exact": "CoMoE planning with the exact scenario model (time-limited)",
-    "no-transitions": "Table 5 ablation: popularity prefetch instead of the transition graph",
-    "no-replicas": "Table 5 ablation: one replica per expert",
-    "no-congestion": "Table 5 ablation: even split instead of congestion-aware mapping",
-    "no-credits": "Table 5 ablation: prefetch without credits or priorities",
-    "single-scale": "Table 5 ablation: one time scale (re-plan 10x per window)",
-    "sglang-vec": "SGLang's deepseek_vec re-planned every window, even split",
-    "sglang-vec-flow": "SGLang's deepseek_vec with min-cost-flow routing",
-    "sglang-vec-hier": "SGLang's deepseek_vec_hierarchical re-planned every window, even split",
-    "sglang-vec-hier-flow": "SGLang's deepseek_vec_hierarchical with min-cost-flow routing",
-    "vllm-default": "vLLM's default policy re-planned every window, even split",
-    "vllm-default-flow": "vLLM's default policy with min-cost-flow routing",
-    "ascend-swift": "vLLM-Ascend's SwiftBalancer re-planned every window, even split",
-    "ascend-swift-flow": "vLLM-Ascend's SwiftBalancer with min-cost-flow routing",
-    "ascend-flashlb": "vLLM-Ascend's FlashLB re-planned every window, even split",
-    "ascend-flashlb-flow": "vLLM-Ascend's FlashLB with min-cost-flow routing",
-}
+STRATEGIES: dict[str, str] = {name: s.description for name, s in EVALUATOR_STRATEGIES.items()}
 
 ENGINES = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
 

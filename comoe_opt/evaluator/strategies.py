@@ -29,6 +29,7 @@ class Strategy:
     terms: frozenset[str] = TERMS
     oracle: bool = False  # plan every micro-batch on itself, placed at once (the limit, not a policy)
     label: str = ""
+    description: str = ""  # one line for `--help` (cli/choices.py reads it)
 
     @property
     def title(self) -> str:
@@ -55,6 +56,7 @@ COMOE = Strategy(
     credits=True,
     multicast=True,
     label="CoMoE-Chip",
+    description="CoMoE-Chip: both loops, prefetch, credits, min-cost-flow routing",
 )
 
 # Only CoMoE plans residency knowing what prefetch hides (the transition graph's coupling).
@@ -68,6 +70,7 @@ HOT = Strategy(
     mapping="even",
     terms=NO_PREFETCH_TERM,
     label="hot replication",
+    description="hot-expert replication in spare pages, even split (paper Table 4)",
 )
 
 STRATEGIES: dict[str, Strategy] = {
@@ -79,11 +82,16 @@ STRATEGIES: dict[str, Strategy] = {
         mapping="home",
         terms=NO_PREFETCH_TERM,
         label="static",
+        description="planned once, no replicas, home routing (paper Table 4)",
     ),
     "hot": HOT,
     # the evicting variant: replicas take their share of the pages even when experts do not fit
     "hot-evict": dataclasses.replace(
-        HOT, name="hot-evict", residency="hot-evict", label="hot replication, evicting"
+        HOT,
+        name="hot-evict",
+        residency="hot-evict",
+        label="hot replication, evicting",
+        description="hot replication that evicts the coldest experts for its replicas",
     ),
     "transition": Strategy(
         "transition",
@@ -94,6 +102,7 @@ STRATEGIES: dict[str, Strategy] = {
         credits=True,
         terms=NO_PREFETCH_TERM,
         label="transition prefetch",
+        description="static placement + confidence-gated transition prefetch (paper Table 4)",
     ),
     "comoe": COMOE,
     "eplb": Strategy(
@@ -104,6 +113,7 @@ STRATEGIES: dict[str, Strategy] = {
         mapping="even",
         terms=NO_PREFETCH_TERM,
         label="EPLB-style",
+        description="EPLB re-planned every window, the engines' even split",
     ),
     # a peer that separates placement from routing: EPLB's placement, routed by the min-cost flow
     "eplb-flow": Strategy(
@@ -114,6 +124,7 @@ STRATEGIES: dict[str, Strategy] = {
         mapping="flow",
         terms=NO_PREFETCH_TERM,
         label="EPLB + flow routing",
+        description="EPLB's placement with min-cost-flow routing (the strongest EPLB)",
     ),
     # the limit: EPLB planned on each micro-batch's own loads, in place at once, optimally routed
     "oracle": Strategy(
@@ -125,10 +136,15 @@ STRATEGIES: dict[str, Strategy] = {
         terms=NO_PREFETCH_TERM,
         oracle=True,
         label="oracle (planned on the step itself)",
+        description="EPLB planned on each micro-batch itself, installed at once (the limit)",
     ),
     # CoMoE planning each window with the exact scenario model (to the gap or policy.time_limit_s)
     "comoe-exact": dataclasses.replace(
-        COMOE, name="comoe-exact", residency="exact", label="CoMoE-Chip, exact scenario model"
+        COMOE,
+        name="comoe-exact",
+        residency="exact",
+        label="CoMoE-Chip, exact scenario model",
+        description="CoMoE planning with the exact scenario model (time-limited)",
     ),
     # Table 5: CoMoE with one mechanism off
     "no-transitions": dataclasses.replace(
@@ -137,32 +153,61 @@ STRATEGIES: dict[str, Strategy] = {
         prefetch="popularity",
         terms=NO_PREFETCH_TERM,
         label="no transition graph",
+        description="Table 5 ablation: popularity prefetch instead of the transition graph",
     ),
     "no-replicas": dataclasses.replace(
-        COMOE, name="no-replicas", max_replicas=1, label="no bounded replicas"
+        COMOE,
+        name="no-replicas",
+        max_replicas=1,
+        label="no bounded replicas",
+        description="Table 5 ablation: one replica per expert",
     ),
     "no-congestion": dataclasses.replace(
-        COMOE, name="no-congestion", mapping="even", label="no congestion-aware mapping"
+        COMOE,
+        name="no-congestion",
+        mapping="even",
+        label="no congestion-aware mapping",
+        description="Table 5 ablation: even split instead of congestion-aware mapping",
     ),
-    "no-credits": dataclasses.replace(COMOE, name="no-credits", credits=False, label="no credits/priorities"),
+    "no-credits": dataclasses.replace(
+        COMOE,
+        name="no-credits",
+        credits=False,
+        label="no credits/priorities",
+        description="Table 5 ablation: prefetch without credits or priorities",
+    ),
     "single-scale": dataclasses.replace(
-        COMOE, name="single-scale", window_divisor=10, label="single time scale"
+        COMOE,
+        name="single-scale",
+        window_divisor=10,
+        label="single time scale",
+        description="Table 5 ablation: one time scale (re-plan 10x per window)",
     ),
 }
 
 # the balancers engines ship (residency/engine_balancers): each with the engines' even split and
 # with the min-cost flow, as EPLB's two rows
-ENGINE_PEERS = {
-    "sglang-vec": "SGLang deepseek_vec",
-    "sglang-vec-hier": "SGLang deepseek_vec_hierarchical",
-    "vllm-default": "vLLM default",
-    "ascend-swift": "vLLM-Ascend SwiftBalancer",
-    "ascend-flashlb": "vLLM-Ascend FlashLB",
+ENGINE_PEERS = {  # name: (label, whose policy)
+    "sglang-vec": ("SGLang deepseek_vec", "SGLang's deepseek_vec"),
+    "sglang-vec-hier": ("SGLang deepseek_vec_hierarchical", "SGLang's deepseek_vec_hierarchical"),
+    "vllm-default": ("vLLM default", "vLLM's default policy"),
+    "ascend-swift": ("vLLM-Ascend SwiftBalancer", "vLLM-Ascend's SwiftBalancer"),
+    "ascend-flashlb": ("vLLM-Ascend FlashLB", "vLLM-Ascend's FlashLB"),
 }
-for _name, _label in ENGINE_PEERS.items():
-    STRATEGIES[_name] = dataclasses.replace(STRATEGIES["eplb"], name=_name, residency=_name, label=_label)
+for _name, (_label, _whose) in ENGINE_PEERS.items():
+    STRATEGIES[_name] = dataclasses.replace(
+        STRATEGIES["eplb"],
+        name=_name,
+        residency=_name,
+        label=_label,
+        description=f"{_whose} re-planned every window, even split",
+    )
     STRATEGIES[f"{_name}-flow"] = dataclasses.replace(
-        STRATEGIES["eplb-flow"], name=f"{_name}-flow", residency=_name, label=f"{_label} + flow routing"
+        STRATEGIES["eplb-flow"],
+        name=f"{_name}-flow",
+        residency=_name,
+        label=f"{_label} + flow routing",
+        description=f"{_whose} with min-cost-flow routing",
     )
 
 TABLE4 = ("static", "hot", "transition", "comoe")
