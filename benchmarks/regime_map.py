@@ -30,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from comoe_opt.evaluator.regime import AXES, CLAIMS, best_point, point_table
@@ -83,6 +84,7 @@ def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
         f"# Regime map: {len(table)} points x {rows['method'].nunique()} strategies "
         f"({len(rows)} runs, {int(rows['micro_batches'].iloc[0])} micro-batches each)",
         "",
+        *([f"Suites: {', '.join(sorted(rows['suite'].unique()))}.", ""] if "suite" in rows.columns else []),
         "| claim | holds at | best margin | where the margin is best |",
         "|---|---:|---:|---|",
     ]
@@ -167,11 +169,15 @@ def plot_claim(table: pd.DataFrame, claim, path: Path) -> None:
             part = table[(table[share] == a) & (table[d2d] == d)]
             grid = part.pivot(index=local, columns=cap, values=f"{claim.name}.margin")
             grid = grid.reindex(index=ys, columns=xs)
-            holds = grid.to_numpy() > 0
-            ax.imshow(holds, origin="lower", cmap="RdYlGn", vmin=-0.3, vmax=1.3, aspect="auto")
-            for (y, x), value in pd.DataFrame(grid.to_numpy()).stack().items():
-                ax.text(x, y, "–" if abs(value) == float("inf") else f"{value:+.2f}", ha="center",
-                        va="center", fontsize=7)  # fmt: skip
+            values = grid.to_numpy(dtype=float)
+            holds = np.ma.masked_invalid(np.where(np.isnan(values), np.nan, values > 0))  # grey: not run
+            cmap = plt.get_cmap("RdYlGn").copy()
+            cmap.set_bad("lightgrey")
+            ax.imshow(holds, origin="lower", cmap=cmap, vmin=-0.3, vmax=1.3, aspect="auto")
+            for (y, x), value in np.ndenumerate(values):
+                if not np.isnan(value):
+                    ax.text(x, y, "–" if abs(value) == float("inf") else f"{value:+.2f}", ha="center",
+                            va="center", fontsize=7)  # fmt: skip
             ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs], fontsize=7)
             ax.set_yticks(range(len(ys)), [f"{y:g}" for y in ys], fontsize=7)
             ax.set_title(f"D2D {d:g} GB/s, attention {a:g}", fontsize=8)

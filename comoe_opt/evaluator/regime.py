@@ -178,7 +178,14 @@ def parts_why(point: Point) -> str:
         )
         return why + f"more on-demand loads ({demand:.2f} against {theirs:.2f} GB/batch): {cause}"
     if ours["balance"] < part["balance"]:
-        return why + f"less balanced chiplets ({ours['balance']:.3f} against {part['balance']:.3f})"
+        why += f"less balanced chiplets ({ours['balance']:.3f} against {part['balance']:.3f})"
+        if best == "hot" and part["replica_factor"] > 1:  # even split spreads a hot expert's tokens
+            why += (
+                ": hot replication splits a hot expert's tokens over its replicas, CoMoE's flow runs "
+                "each expert's tokens on one chiplet (policy.balance = work), and compute-bound "
+                "chiplets pay for that"
+            )
+        return why
     return why + "same loads and balance: the mapping's queueing (flow units, multicast)"
 
 
