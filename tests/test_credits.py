@@ -199,3 +199,19 @@ def test_the_map_says_why_a_part_is_faster():
 def test_claim_four_both_ways():
     row = _table(_point(comoe__balance=0.85, comoe__replica_factor_paper=1.1))
     assert row["balance-paper.holds"] and not row["balance.holds"]
+
+
+def test_the_flow_maps_pairs_only_where_the_median_expert_is_compute_bound():
+    from types import SimpleNamespace
+
+    from comoe_opt.evaluator.fastmap import _compute_bound
+    from comoe_opt.evaluator.layer import ChipletSpeeds
+
+    experts = np.array([[0, 1], [0, 2], [1, 2], [0, 3]])  # tokens per expert: 3, 2, 2, 1 (median 2)
+
+    def rt(read: float) -> SimpleNamespace:
+        one = np.ones(2)
+        return SimpleNamespace(speeds=ChipletSpeeds(read_ms=read * one, flop_ms=0.005 * one, hop_ms=0 * one))
+
+    assert _compute_bound(rt(0.005), experts)  # a page read = one token: split hot experts
+    assert not _compute_bound(rt(0.05), experts)  # a read = ten tokens: whole experts

@@ -50,7 +50,7 @@ def map_tokens(
 ) -> np.ndarray:
     """Assignment [tokens, k] of chiplets for one micro-batch and layer."""
     mapping = rt.strategy.mapping
-    if mapping == "flow" and rt.instance.policy.balance == "tokens":
+    if mapping == "flow" and (rt.instance.policy.balance == "tokens" or _compute_bound(rt, experts)):
         return _token_flow(rt, layer, experts, published, buffered, ahead_ms)
     if mapping == "flow":
         return _flow(rt, layer, experts, published, buffered, ahead_ms)
@@ -110,6 +110,15 @@ def _flow(
     chiplet_of = np.empty(rt.E, dtype=np.int64)
     chiplet_of[used] = chosen[:, 0]
     return chiplet_of[experts]
+
+
+def _compute_bound(rt: Runtime, experts: np.ndarray) -> bool:
+    """Whether the layer's median expert takes longer to compute its tokens than to read its
+    page (the roofline `_flow` prices a unit by): then splitting a hot expert's tokens over its
+    replicas saves more compute than the extra page read costs, and the flow maps pairs."""
+    _, tokens = np.unique(experts, return_counts=True)
+    compute = float(np.median(tokens)) * float(np.median(rt.speeds.flop_ms))
+    return compute > float(np.median(rt.speeds.read_ms))
 
 
 def _token_flow(
