@@ -174,7 +174,7 @@ def parts_why(point: Point) -> str:
         cause = (
             f"re-plan copies ({copies:.0f} pages) keep the new plan's experts remote until they land"
             if copies
-            else "CoMoE's plan leaves experts remote that it keeps resident or buffered"
+            else f"CoMoE's plan leaves remote, or its buffers miss, experts that {best} serves locally"
         )
         return why + f"more on-demand loads ({demand:.2f} against {theirs:.2f} GB/batch): {cause}"
     if ours["balance"] < part["balance"]:
