@@ -138,6 +138,8 @@ def min_max_replicas(mu: np.ndarray, var: np.ndarray, extra: int) -> tuple[np.nd
     risk = mu + Z_SCORE * np.sqrt(var)
     count = np.ones(mu.size, dtype=np.int64)
     history = np.ones((extra + 1, mu.size), dtype=np.int64)
+    if mu.size == 0:  # a tree node past the last expert (fewer experts than the tree's depth)
+        return count, history
     history[0] = count
     value = risk / count
     for r in range(extra):
