@@ -170,7 +170,7 @@ def bench_overrun() -> list[str]:
     lines = [
         "# Time limits: how far a solve overruns",
         "",
-        "Every phase of `solve` draws on one deadline (formulations/residency.md, \"Time limit\"):"
+        'Every phase of `solve` draws on one deadline (formulations/residency.md, "Time limit"):'
         " overrun = wall time of `solve` − the limit (negative: finished early). First window of each"
         " instance, one run each, target gap 1e-3 (never reached with scenarios, so those solves"
         " run to the limit). Phases in seconds; `stopped` lists what the deadline skipped or cut"
