@@ -276,7 +276,10 @@ class Policy:
         default=False,
     )
     balance: Literal["work", "tokens"] = param(
-        "balance expected expert work (weight reads + FLOPs) or token counts", default="work"
+        "what the three loops balance: work = expert time (per balance scenario the roofline, max of the "
+        "page read and the tokens' FLOPs, as the evaluator charges it; on the mean load their sum), the fast "
+        "loop routing each expert's whole load to one replica; tokens = token counts, the engines' proxy",
+        default="work",
     )
     balance_scenarios: int = param(
         "micro-batches of the planning window kept as balance scenarios: the slow loop scores balance as "
