@@ -24,6 +24,7 @@ from comoe_opt.errors import InputError
 # A derived time outside this range (other than 0) is a typo, not a machine: 1e-12 ms is a
 # femtosecond, 1e12 ms 30 years; solvers also lose precision on coefficients spanning more.
 TIME_RANGE_MS = (1e-12, 1e12)
+TICK_S = 1e-9  # the fast loop's time quantum (s): its flows take integer costs, every time in ticks
 MAX_PAGES = 2**31  # pages of one device's memory or buffer: far past any memory, still exact in int64
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
+from comoe_opt.costs import TICK_S
 from comoe_opt.evaluator.layer import ChipletSpeeds
 from comoe_opt.evaluator.strategies import Strategy
 from comoe_opt.instance import Instance
@@ -37,7 +38,6 @@ class Runtime(Protocol):
     E: int
 
 
-TICK_S = 1e-7  # 0.1 µs: the flow's time quantum inside the runtime
 
 
 def map_tokens(

@@ -16,10 +16,10 @@ from functools import cached_property
 
 import numpy as np
 
+from comoe_opt.costs import TICK_S
 from comoe_opt.errors import InputError
 from comoe_opt.instance import Instance
 
-TICK_S = 1e-9  # default time quantum: 1 ns
 NEVER = -1  # `ready` value of a chiplet that cannot serve the expert
 
 
