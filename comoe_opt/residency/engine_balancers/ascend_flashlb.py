@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import check_slots, initial_layout, maps_of
+from comoe_opt.residency.engine_balancers.maps import check_slots, map_in_service, maps_of
 
 Z_SCORE = 0.6744897501960817  # upstream's stats.norm.ppf(0.75)
 DEPTH = 4
@@ -67,15 +67,7 @@ def ascend_flashlb(
         raise ValueError(f"counts must be [stages, layers, experts], got shape {stages.shape}")
     _, layers, experts = stages.shape
     check_slots(experts, num_replicas, num_gpus)
-    old = (
-        initial_layout(layers, experts, num_replicas)
-        if old_phy2log is None
-        else np.asarray(old_phy2log, np.int64)
-    )
-    if old.shape != (layers, num_replicas):
-        raise ValueError(
-            f"old_phy2log must be [layers, num_replicas] = {(layers, num_replicas)}, got {old.shape}"
-        )
+    old = map_in_service(old_phy2log, layers, experts, num_replicas)
     hot = stages + 1  # upstream's hotness: counts plus one
     out = np.empty((layers, num_gpus, num_replicas // num_gpus), dtype=np.int64)
     for layer in range(layers):

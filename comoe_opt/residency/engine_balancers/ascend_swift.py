@@ -35,7 +35,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import check_slots, initial_layout, maps_of
+from comoe_opt.residency.engine_balancers.maps import check_slots, map_in_service, maps_of
 
 IMBALANCE_THRESHOLD = 1.01  # layers more balanced than this are left alone
 SWAP_SHARE = 0.01  # a swap must lower the largest load by this share of the mean GPU load
@@ -62,15 +62,7 @@ def ascend_swift(
     weight = weight.astype(np.float64)
     layers, experts = weight.shape
     check_slots(experts, num_replicas, num_gpus)
-    old = (
-        initial_layout(layers, experts, num_replicas)
-        if old_phy2log is None
-        else np.asarray(old_phy2log, np.int64)
-    )
-    if old.shape != (layers, num_replicas):
-        raise ValueError(
-            f"old_phy2log must be [layers, num_replicas] = {(layers, num_replicas)}, got {old.shape}"
-        )
+    old = map_in_service(old_phy2log, layers, experts, num_replicas)
     table = old.reshape(layers, num_gpus, -1)
     for layer in range(layers):
         if np.unique(table[layer]).size != experts:

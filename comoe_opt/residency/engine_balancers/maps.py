@@ -39,3 +39,18 @@ def initial_layout(layers: int, experts: int, num_replicas: int) -> np.ndarray:
     vLLM-Ascend's `generate_global_placement` keeps when there is no shared expert)."""
     row = np.concatenate([np.arange(experts), np.arange(num_replicas - experts) % experts])
     return np.tile(row, (layers, 1))
+
+
+def map_in_service(
+    old_phy2log: np.ndarray | None, layers: int, experts: int, num_replicas: int
+) -> np.ndarray:
+    """The map an engine has in service, [layers, num_replicas] (default: its initial layout),
+    checked for shape."""
+    if old_phy2log is None:
+        return initial_layout(layers, experts, num_replicas)
+    old = np.asarray(old_phy2log, np.int64)
+    if old.shape != (layers, num_replicas):
+        raise ValueError(
+            f"old_phy2log must be [layers, num_replicas] = {(layers, num_replicas)}, got {old.shape}"
+        )
+    return old
