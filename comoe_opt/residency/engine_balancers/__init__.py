@@ -22,6 +22,7 @@ experts, leases, tenant quotas, a replica limit below the devices) they plan as 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -54,56 +55,6 @@ __all__ = [
     "sglang_vec_hierarchical",
     "vllm_default",
 ]
-
-
-@heuristic(
-    "sglang-vec",
-    "SGLang's deepseek_vec: replicas by the sum over steps of each step's peak",
-    leases=False,
-    warm_start=False,
-)
-def sglang_vec_plan(problem: ResidencyProblem) -> Placement:
-    return engine_placement(problem, "sglang-vec")
-
-
-@heuristic(
-    "sglang-vec-hier",
-    "SGLang's deepseek_vec_hierarchical: groups onto nodes, then deepseek_vec",
-    leases=False,
-    warm_start=False,
-)
-def sglang_vec_hier_plan(problem: ResidencyProblem) -> Placement:
-    return engine_placement(problem, "sglang-vec-hier")
-
-
-@heuristic(
-    "vllm-default",
-    "vLLM's default policy: EPLB keeping experts in place within a GPU",
-    leases=False,
-    warm_start=False,
-)
-def vllm_default_plan(problem: ResidencyProblem) -> Placement:
-    return engine_placement(problem, "vllm-default")
-
-
-@heuristic(
-    "ascend-swift",
-    "vLLM-Ascend's SwiftBalancer: redundant slots re-dealt, then swaps",
-    leases=False,
-    warm_start=False,
-)
-def ascend_swift_plan(problem: ResidencyProblem) -> Placement:
-    return engine_placement(problem, "ascend-swift")
-
-
-@heuristic(
-    "ascend-flashlb",
-    "vLLM-Ascend's FlashLB: tree search over replicas on per-step stages",
-    leases=False,
-    warm_start=False,
-)
-def ascend_flashlb_plan(problem: ResidencyProblem) -> Placement:
-    return engine_placement(problem, "ascend-flashlb")
 
 
 def engine_placement(problem: ResidencyProblem, name: str) -> Placement:
@@ -168,3 +119,18 @@ def previous_map(problem: ResidencyProblem, per_layer: int) -> np.ndarray | None
         return None
     every = all(np.unique(row).size == problem.experts for row in slot_map)
     return slot_map if every else None
+
+
+# each engine's balancer as a slow-loop heuristic: it re-plans from scratch (no leases) and is too
+# slow or too different to warm-start every MILP
+_DESCRIPTIONS = {
+    "sglang-vec": "SGLang's deepseek_vec: replicas by the sum over steps of each step's peak",
+    "sglang-vec-hier": "SGLang's deepseek_vec_hierarchical: groups onto nodes, then deepseek_vec",
+    "vllm-default": "vLLM's default policy: EPLB keeping experts in place within a GPU",
+    "ascend-swift": "vLLM-Ascend's SwiftBalancer: redundant slots re-dealt, then swaps",
+    "ascend-flashlb": "vLLM-Ascend's FlashLB: tree search over replicas on per-step stages",
+}
+for _name, _description in _DESCRIPTIONS.items():
+    heuristic(_name, _description, leases=False, warm_start=False)(
+        functools.partial(engine_placement, name=_name)
+    )
