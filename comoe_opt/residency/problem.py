@@ -160,7 +160,6 @@ def residency_problem(
             f"demand is {demand.layers} x {demand.experts}, the instance "
             f"{model.layers} x {model.experts_per_layer}"
         )
-    miss = _miss_ms(instance, demand, terms)
     per_use, per_token = _work_rates(instance, demand)
     work = demand.used[:, :, None] * per_use + demand.tokens[:, :, None] * per_token
     scenario_work = None
@@ -177,6 +176,7 @@ def residency_problem(
     # the first placement is the initial load, not a migration: copies cost only against a previous one
     migrating = "migration" in terms and previous is not None
     copy = instance.costs.replan_copy_ms * policy.migration_weight if migrating else 0.0
+    miss = _miss_ms(instance, demand, terms, int(min(capacity.sum(), budget)))
     nop = _nop_ms_per_token(instance) if "nop" in terms else np.zeros(hw.chiplets)
     if "balance" not in terms:
         work = np.zeros_like(work)
@@ -205,31 +205,88 @@ def residency_problem(
     )
 
 
-def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str]) -> np.ndarray:
+def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str], page_limit: int) -> np.ndarray:
     """Expected on-demand load time per micro-batch of a non-resident expert.
 
     A use that prefetch covers still pays `prefetch_exposed` of the load
-    (it shares the die-to-die link); without the prefetch term, or in a layer
-    that no prefetch can reach in time, every use pays the whole load.
+    (it shares the die-to-die link); without the prefetch term every use pays
+    the whole load, and with it only the uses the prefetch channel can land
+    in time count as covered (`prefetch_hidden`).
     """
     if "miss" not in terms:
         return np.zeros_like(demand.used)
     exposed = 1.0
     if "prefetch" in terms:
-        hidden = demand.hidden * prefetch_lands(instance, demand)[:, None]
+        hidden = prefetch_hidden(instance, demand, page_limit)
         exposed = 1.0 - (1.0 - instance.policy.prefetch_exposed) * hidden
     return load_ms(instance) * demand.used * exposed
 
 
-def prefetch_lands(instance: Instance, demand: WindowDemand) -> np.ndarray:
-    """[L] whether a page prefetched for layer l can land before l is routed: the evaluator's
-    credit issues a prefetch only then (formulations/latency.md §3). It is issued as layer l-1
-    is routed and has that layer's expert phase (its expected distinct experts' page reads,
-    spread over the chiplets), attention and routing to land in."""
+def prefetch_hidden(instance: Instance, demand: WindowDemand, page_limit: int) -> np.ndarray:
+    """[L, E] share of (l, e)'s uses that a prefetch can hide if (l, e) is left remote.
+
+    The evaluator's credit lands a prefetch for layer l only before l is routed
+    (formulations/latency.md §3), so the channel carries `prefetch_pages(l)` pages
+    per micro-batch into layer l. Those pages are handed out coldest expert first
+    (the experts a plan leaves remote first, its miss cost being proportional to
+    use): an expert's predictable uses `q · h` count as hidden while the layer's
+    pages last, the rest pay the whole load. Layer 0 has no layer before it."""
+    used, hidden = demand.used, demand.hidden
+    layers, experts = used.shape
+    pages = prefetch_pages(instance, demand, page_limit)
+    order = np.argsort(used, axis=1, kind="stable")
+    occupancy = np.take_along_axis(used * hidden, order, axis=1)  # pages per micro-batch, coldest first
+    before = np.cumsum(occupancy, axis=1) - occupancy  # taken by colder experts
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where(occupancy > 0, np.clip((pages[:, None] - before) / occupancy, 0.0, 1.0), 0.0)
+    out = np.zeros((layers, experts))
+    np.put_along_axis(out, order, share, axis=1)
+    return hidden * out
+
+
+def prefetch_pages(instance: Instance, demand: WindowDemand, page_limit: int) -> np.ndarray:
+    """[L] expected pages the prefetch channel lands per micro-batch before layer l is routed.
+
+    A prefetch for layer l is issued once layer l-1 is routed and its `n`
+    on-demand loads are done (`n · t_page`), and must land before l is routed:
+    it has l-1's expert phase after those loads (the expected distinct experts'
+    page reads spread over the chiplets, at least one read), attention and
+    routing, and lands the whole pages that fit, at most the credit's
+    `prefetch_credit_pages`. `n` is random: with `page_limit` pages for L·E
+    experts at least `L·E − page_limit` are remote, taken as each layer's
+    coldest (evenly over the layers), each loaded in a micro-batch that uses it
+    (independently, with its use probability q). The expectation over `n` is
+    the layer's pages; layer 0 has no layer before it (0)."""
     rt, chiplets = instance.runtime, instance.hardware.chiplets
-    reads = demand.used.sum(axis=1) / chiplets * float(np.median(instance.costs.read_ms))
-    before = np.concatenate([[0.0], reads[:-1]])  # layer 0 has no layer before it
-    return load_ms(instance) <= before + rt.attention_ms + rt.route_ms
+    page = load_ms(instance)
+    used = demand.used
+    layers, experts = used.shape
+    read = float(np.median(instance.costs.read_ms))
+    reads = used.sum(axis=1) / chiplets * read
+    loads = _remote_loads(used, max(0, layers * experts - page_limit) / layers)  # [L, n + 1]
+    n = np.arange(loads.shape[1])
+    window = np.maximum(reads[:, None] - n[None, :] * page, read) + rt.attention_ms + rt.route_ms
+    fits = np.floor(window / page + 1e-9) if page > 0 else np.full(window.shape, np.inf)
+    pages = (loads * np.minimum(fits, float(rt.prefetch_credit_pages))).sum(axis=1)
+    return np.concatenate([[0.0], pages[:-1]])  # layer l's window is layer l-1's
+
+
+def _remote_loads(used: np.ndarray, remote: float) -> np.ndarray:
+    """[L, n + 1] probability of n on-demand loads in a micro-batch when each layer's `remote`
+    coldest experts are remote (a fractional last one with its share of its use), each used
+    independently with its q (Poisson binomial)."""
+    layers, experts = used.shape
+    whole = min(int(remote), experts)
+    coldest = np.sort(used, axis=1)
+    probs = [coldest[:, i] for i in range(whole)]
+    if whole < experts and remote > whole:
+        probs.append((remote - whole) * coldest[:, whole])
+    dist = np.zeros((layers, len(probs) + 1))
+    dist[:, 0] = 1.0
+    for k, q in enumerate(probs, start=1):
+        dist[:, 1 : k + 1] = dist[:, 1 : k + 1] * (1.0 - q[:, None]) + dist[:, :k] * q[:, None]
+        dist[:, 0] *= 1.0 - q
+    return dist
 
 
 def _work_rates(instance: Instance, demand: WindowDemand) -> tuple[np.ndarray, np.ndarray]:
