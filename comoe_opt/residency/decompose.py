@@ -57,15 +57,18 @@ decomposition bound".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
 
+import highspy
 import numpy as np
 
 from comoe_opt.errors import ComoeError
-from comoe_opt.highs import INF, DirectModel
+from comoe_opt.highs import INF, DirectModel, HighsOutcome
 from comoe_opt.residency.anneal import anneal
+from comoe_opt.residency.check_bound import BoundCertificate, certificate_facts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -172,6 +175,14 @@ class ClassModel:
         self.cols: dict[int, _LayerColumns] = {}
         self._page_columns: list[tuple[int, int, int, int]] = []  # (column, layer, expert, class)
         self.offset = 0.0
+        # for the bound certificate (check_bound.py): each row's family and indices, in row order;
+        # each layer's columns [first, end), count columns J [E] and offset; columns the model
+        # leaves unbounded above, with an upper bound every placement's image meets
+        self.row_keys: list[tuple] = []
+        self.layer_columns: dict[int, tuple[int, int]] = {}
+        self.count_columns: dict[int, np.ndarray] = {}
+        self.layer_offset: dict[int, float] = {}
+        self.implied_upper: dict[int, float] = {}
         for layer in layers:
             self._add_layer(layer)
         if prices is None:
@@ -180,6 +191,11 @@ class ClassModel:
         self.lp.flush()
 
     # ------------------------------------------------------------- layer
+
+    def _row(self, key: tuple, lower: float, upper: float, index, value) -> None:
+        """Queue a row named by its family and indices (`check_bound.FAMILIES`)."""
+        self.row_keys.append(key)
+        self.lp.add_row(lower, upper, index, value)
 
     def _page_cost(self, layer: int, e: int, k: int) -> float:
         if self.prices is None:
@@ -205,7 +221,9 @@ class ClassModel:
         m_cols = np.full((E, K), -1, dtype=np.int64)
         count_cols: dict[int, np.ndarray] = {}
         r_cols = []
-        self.offset += W * float(p.miss_ms[layer].sum())
+        first_column = lp.columns
+        self.layer_offset[layer] = W * float(p.miss_ms[layer].sum())
+        self.offset += self.layer_offset[layer]
         for e in range(E):
             must = p.all_resident or lease[e].any()
             r = lp.add_columns([-W * p.miss_ms[layer, e]], [float(must)], [1.0], integer=True)
@@ -213,29 +231,38 @@ class ClassModel:
             t0 = lp.add_columns(W * p.tokens[layer, e] * extra_nop, np.zeros(types.size),
                                 np.ones(types.size), integer=True)  # fmt: skip
             t_cols[e] = t0 + np.arange(types.size)
-            lp.add_row(0.0, 0.0, [*t_cols[e], r], [1.0] * types.size + [-1.0])
+            self._row(("type", layer, e), 0.0, 0.0, [*t_cols[e], r], [1.0] * types.size + [-1.0])
             for k in range(K):
                 with_k = t_cols[e][(types >> k) & 1 == 1]
                 col = lp.add_columns([self._page_cost(layer, e, k)], [float(lease[e, k])], [float(cap[k])],
                                      integer=True)  # fmt: skip
                 m_cols[e, k] = col
                 self._page_columns.append((col, layer, e, k))
-                lp.add_row(0.0, INF, [col, *with_k], [1.0] + [-1.0] * with_k.size)  # m >= [k in T]
-                lp.add_row(-INF, 0.0, [col, *with_k], [1.0] + [-float(cap[k])] * with_k.size)
+                self._row(("class_lo", layer, e, k), 0.0, INF, [col, *with_k], [1.0] + [-1.0] * with_k.size)
+                self._row(("class_hi", layer, e, k), -INF, 0.0, [col, *with_k],
+                          [1.0] + [-float(cap[k])] * with_k.size)  # fmt: skip
                 if p.copy_ms > 0:  # copies into class k: at least m − replicas already there
                     new = lp.add_columns([p.copy_ms], [0.0], [INF])
-                    lp.add_row(-float(prev[e, k]), INF, [new, col], [1.0, -1.0])
-            lp.add_row(-INF, float(p.max_replicas), m_cols[e], 1.0)
+                    self.implied_upper[new] = float(cap[k])  # copies ≤ m ≤ min(n_k, R)
+                    self._row(("copies", layer, e, k), -float(prev[e, k]), INF, [new, col], [1.0, -1.0])
+            self._row(("replicas", layer, e), -INF, float(p.max_replicas), m_cols[e], 1.0)
             J = int(jmax[e])
             b = lp.add_columns(np.zeros(J), np.zeros(J), np.ones(J), integer=True)
             count_cols[e] = b + np.arange(J)
-            lp.add_row(0.0, 0.0, [*count_cols[e], r], [1.0] * J + [-1.0])
+            self._row(("count", layer, e), 0.0, 0.0, [*count_cols[e], r], [1.0] * J + [-1.0])
             js = np.arange(1, J + 1, dtype=np.float64)
             top_j = js.copy()
             top_j[-1] = float(p.max_replicas)
-            lp.add_row(0.0, INF, [*m_cols[e], *count_cols[e]], np.concatenate((np.ones(K), -js)))
-            lp.add_row(-INF, 0.0, [*m_cols[e], *count_cols[e]], np.concatenate((np.ones(K), -top_j)))
+            self._row(("count_lo", layer, e), 0.0, INF, [*m_cols[e], *count_cols[e]],
+                      np.concatenate((np.ones(K), -js)))  # fmt: skip
+            self._row(("count_hi", layer, e), -INF, 0.0, [*m_cols[e], *count_cols[e]],
+                      np.concatenate((np.ones(K), -top_j)))  # fmt: skip
         z0 = lp.add_columns(np.full(S, W / S), floor, np.full(S, INF))
+        slowest = float(cl.speed.min())
+        for s in range(S):  # a makespan is at most the layer's work on the slowest chiplet
+            self.implied_upper[z0 + s] = float(unit[s].sum()) / slowest
+        self.count_columns[layer] = jmax.astype(np.int64)
+        self.layer_columns[layer] = (first_column, lp.columns)
         speed_of = {d: float(sum(cl.speed[k] * cl.size[k] for k in range(K) if (d >> k) & 1)) for d in types}
         proper = types[:-1]  # the last type is every class: its cut is the floor
         inside = {int(d): (types & ~d) == 0 for d in proper}  # types T ⊆ D
@@ -244,17 +271,19 @@ class ClassModel:
             for d in proper:
                 cols = t_cols[busy][:, inside[int(d)]]
                 vals = np.repeat(unit[s, busy], cols.shape[1])
-                lp.add_row(0.0, INF, [z0 + s, *cols.ravel()], np.concatenate(([speed_of[int(d)]], -vals)))
+                key = ("class_union", layer, s, tuple(k for k in range(K) if (int(d) >> k) & 1))
+                self._row(key, 0.0, INF, [z0 + s, *cols.ravel()], np.concatenate(([speed_of[int(d)]], -vals)))
             for e in busy:
                 piece = unit[s, e] / top
                 if piece <= floor[s] * (1 + 1e-9):
                     continue
                 js = np.arange(1, count_cols[e].size + 1)
-                lp.add_row(0.0, INF, [z0 + s, *count_cols[e]], np.concatenate(([1.0], -piece / js)))
+                self._row(("count_cut", layer, s, int(e)), 0.0, INF, [z0 + s, *count_cols[e]],
+                          np.concatenate(([1.0], -piece / js)))  # fmt: skip
         if self.cuts.union:
             self._union_cuts(layer, unit, floor, m_cols, np.array(r_cols), z0)
         if self.cuts.rigid:
-            self._rigid_cuts(unit, floor, count_cols, z0)
+            self._rigid_cuts(layer, unit, floor, count_cols, z0)
         self.cols[layer] = _LayerColumns(t_cols, m_cols, z0 + np.arange(S))
 
     def _union_cuts(
@@ -265,7 +294,7 @@ class ClassModel:
         the n fastest chiplets' speed. 1 / cap is convex in n, so every chord between consecutive
         counts lies below it at every integer count: z_s ≥ chord(Σ_{e ∈ Q} replicas_e), an expert
         without a replica counting as C (it runs anywhere)."""
-        p, lp = self.p, self.lp
+        p = self.p
         C = p.chiplets
         fastest = np.concatenate(([0.0], np.cumsum(np.sort(self.classes.speed[self.classes.of])[::-1])))
         for s in range(p.scenarios):
@@ -288,16 +317,17 @@ class ClassModel:
                     # N = Σ m + C · Σ (1 − r):  z − slope · Σ m + slope · C · Σ r ≥ lo − slope · (n − C q)
                     index = [z0 + s, *cols, *r_cols[members]]
                     value = np.concatenate(([1.0], np.full(cols.size, -slope), np.full(q, slope * C)))
-                    lp.add_row(lo - slope * (n - C * q), INF, index, value)
+                    key = ("union_cut", layer, s, n, tuple(int(e) for e in members))
+                    self._row(key, lo - slope * (n - C * q), INF, index, value)
 
-    def _rigid_cuts(self, unit: np.ndarray, floor: np.ndarray, count_cols: dict, z0: int) -> None:
+    def _rigid_cuts(self, layer: int, unit: np.ndarray, floor: np.ndarray, count_cols: dict, z0: int) -> None:
         """P||Cmax cuts for rigid experts: if the kC + 1 busiest experts of a scenario all have one
         replica, some chiplet holds k + 1 of them, at least the k + 1 smallest of those works:
 
             z_s ≥ P_k · (Σ_{e ∈ Q} b[e, 1] − |Q| + 1)
 
         (b[e, 1] = exactly one replica; `_useful_counts` keeps j = 1 apart from "more")."""
-        C, lp = self.p.chiplets, self.lp
+        C = self.p.chiplets
         top = float(self.classes.speed.max())
         for s in range(unit.shape[0]):
             busy = np.flatnonzero(unit[s] > 0)
@@ -309,7 +339,8 @@ class ClassModel:
                     continue
                 singles = [count_cols[int(e)][0] for e in members]
                 value = np.concatenate(([1.0], np.full(len(singles), -smallest)))
-                lp.add_row(-smallest * (len(singles) - 1), INF, [z0 + s, *singles], value)
+                key = ("rigid_cut", layer, s, k, tuple(int(e) for e in members))
+                self._row(key, -smallest * (len(singles) - 1), INF, [z0 + s, *singles], value)
 
     def _useful_counts(self, unit: np.ndarray, floor: np.ndarray, top: float) -> np.ndarray:
         """J_e: replica counts whose count cut can bind (a count of J means J or more)."""
@@ -328,14 +359,14 @@ class ClassModel:
         cols = np.array([c for c, *_ in self._page_columns], dtype=np.int64)
         cls = np.array([k for *_, k in self._page_columns], dtype=np.int64)
         for k in range(self.classes.count):
-            lp.add_row(-INF, float(self.classes.capacity[k]), cols[cls == k], 1.0)
-        lp.add_row(-INF, float(p.budget_pages), cols, 1.0)
+            self._row(("class_pages", k), -INF, float(self.classes.capacity[k]), cols[cls == k], 1.0)
+        self._row(("budget",), -INF, float(p.budget_pages), cols, 1.0)
         rows = list(range(first, first + self.classes.count + 1))
         self.tenant_rows = np.full(len(p.tenants), -1, dtype=np.int64)  # -1: the tenant owns no column
         for i, t in enumerate(p.tenants):
             owned = [c for c, l, e, _ in self._page_columns if t.owns[l, e]]
             if owned:
-                lp.add_row(-INF, float(t.max_pages), owned, 1.0)
+                self._row(("quota", i), -INF, float(t.max_pages), owned, 1.0)
                 self.tenant_rows[i] = first + len(rows)
                 rows.append(first + len(rows))
         self.coupling_rows = np.array(rows[: self.classes.count + 1], dtype=np.int64)
@@ -700,6 +731,17 @@ def class_lp_bound(problem: ResidencyProblem, time_limit_s: float | None = None)
     model does not apply (no scenarios, unrelated speeds, too many classes) or the LP did not
     finish. `exact` takes it beside the cut model's bound: on GPT-OSS windows it is the bound the
     cut rounds reach, in a fraction of a second."""
+    solved = _class_lp(problem, time_limit_s)
+    if solved is None:
+        return None
+    return solved[1].objective + problem.constant_ms
+
+
+def _class_lp(
+    problem: ResidencyProblem, time_limit_s: float | None
+) -> tuple[ClassModel, HighsOutcome] | None:
+    """The joint class model with its integrality relaxed, solved; None where the class model does
+    not apply or the LP did not finish."""
     try:
         classes = device_classes(problem)
     except ComoeError:
@@ -710,4 +752,102 @@ def class_lp_bound(problem: ResidencyProblem, time_limit_s: float | None = None)
     outcome = model.lp.solve(time_limit_s=time_limit_s)
     if outcome.status is not Status.OPTIMAL:
         return None
-    return outcome.objective + problem.constant_ms
+    return model, outcome
+
+
+def class_lp_certificate(
+    problem: ResidencyProblem, time_limit_s: float | None = None
+) -> BoundCertificate | None:
+    """The class LP bound with a certificate that `check_bound.check_certificate` recomputes from the
+    problem's data without a solver (LP weak duality, formulations/residency.md "Bound
+    certificate"); None where `class_lp_bound` is None.
+
+    `bound` is L(y) at HiGHS's row duals y (wrong-signed ones taken as 0), evaluated here on the
+    model HiGHS holds, with the upper bounds of `ClassModel.implied_upper` on the columns it leaves
+    unbounded; `lp_objective` is `class_lp_bound`'s value. The duals are keyed by constraint family
+    and indices (`check_bound.FAMILIES`); with the coupling rows' duals fixed the bound separates
+    into one value per layer."""
+    began = time.perf_counter()
+    solved = _class_lp(problem, time_limit_s)
+    if solved is None:
+        return None
+    model, outcome = solved
+    solved_at = time.perf_counter()
+    y = np.asarray(model.lp.h.getSolution().row_dual, dtype=np.float64)
+    certificate = certificate_at(model, y, outcome.objective + problem.constant_ms)
+    seconds = {"lp": solved_at - began, "certificate": time.perf_counter() - solved_at}
+    return dataclasses.replace(certificate, seconds=seconds)
+
+
+def certificate_at(model: ClassModel, duals: np.ndarray, lp_objective: float = math.nan) -> BoundCertificate:
+    """The certificate of any row duals `duals` (HiGHS's row order and sign convention, d = c − Aᵀy)
+    on the joint class model `model` (all layers, coupling rows in): L(duals) evaluated on the
+    model HiGHS holds. Wrong-signed duals of one-sided rows are taken as 0."""
+    problem = model.p
+    if model.prices is not None or len(model.layers) != problem.layers:
+        raise ValueError("a certificate is of the joint class model over every layer")
+    h = model.lp.h
+    model.lp.flush()
+    lp = h.getLp()
+    if len(model.row_keys) != lp.num_row_:
+        raise ComoeError(f"{len(model.row_keys)} named rows for the {lp.num_row_} rows of the class model")
+    y = np.array(duals, dtype=np.float64)
+    lower, upper = np.asarray(lp.row_lower_), np.asarray(lp.row_upper_)
+    y[((y > 0) & ~np.isfinite(lower)) | ((y < 0) & ~np.isfinite(upper))] = 0.0  # wrong sign: no row term
+    row_terms = np.where(y > 0, y * np.where(np.isfinite(lower), lower, 0.0),
+                         y * np.where(np.isfinite(upper), upper, 0.0))  # fmt: skip
+    col_lower = np.asarray(lp.col_lower_, dtype=np.float64)
+    col_upper = np.asarray(lp.col_upper_, dtype=np.float64).copy()
+    for col, value in model.implied_upper.items():
+        col_upper[col] = min(col_upper[col], value)
+    d = np.asarray(lp.col_cost_, dtype=np.float64) - _transposed_product(lp, y)
+    col_terms = np.minimum(d * col_lower, d * col_upper)
+    col_terms[d == 0] = 0.0
+    L = problem.layers
+    layer_values = np.zeros(L)
+    for layer, (first, end) in model.layer_columns.items():
+        layer_values[layer] = model.layer_offset[layer] + col_terms[first:end].sum()
+    if sum(end - first for first, end in model.layer_columns.values()) != lp.num_col_:
+        raise ComoeError("a column of the class model belongs to no layer")
+    coupling_value = 0.0
+    duals = []
+    coupling: dict[str, list[float]] = {
+        "class_pages": [0.0] * model.classes.count,
+        "budget": [0.0],
+        "quota": [0.0] * len(problem.tenants),
+    }
+    for key, value, term in zip(model.row_keys, y, row_terms, strict=True):
+        if value == 0:
+            continue
+        family, index = key[0], key[1:]
+        duals.append((family, index, float(value)))
+        if family in ("class_pages", "budget", "quota"):
+            coupling_value += float(term)
+            coupling[family][index[0] if index else 0] = float(value)
+        else:
+            layer_values[index[0]] += float(term)
+    counts = np.stack([model.count_columns[layer] for layer in range(L)])
+    cuts = {"union": model.cuts.union, "rigid": model.cuts.rigid}
+    facts = certificate_facts(problem, model.classes.of, counts, cuts)
+    bound = float(layer_values.sum()) + coupling_value + problem.constant_ms
+    return BoundCertificate(
+        bound=bound,
+        lp_objective=lp_objective,
+        constant_ms=problem.constant_ms,
+        layer_values=[float(v) for v in layer_values],
+        coupling_value=coupling_value,
+        coupling_duals=coupling,
+        duals=duals,
+        facts=facts,
+    )
+
+
+def _transposed_product(lp, y: np.ndarray) -> np.ndarray:
+    """Aᵀ y for HiGHS's constraint matrix (column- or row-wise)."""
+    a = lp.a_matrix_
+    start, index, value = np.asarray(a.start_), np.asarray(a.index_), np.asarray(a.value_, dtype=np.float64)
+    if a.format_ == highspy.MatrixFormat.kColwise:
+        col = np.repeat(np.arange(lp.num_col_), np.diff(start))
+        return np.bincount(col, weights=value * y[index], minlength=lp.num_col_)
+    row = np.repeat(np.arange(lp.num_row_), np.diff(start))
+    return np.bincount(index, weights=value * y[row], minlength=lp.num_col_)
