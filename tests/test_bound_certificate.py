@@ -47,7 +47,7 @@ def agrees(p: ResidencyProblem, cert: BoundCertificate) -> float:
     assert again.bound == pytest.approx(cert.bound, rel=TOL, abs=TOL * scale)
     assert again.layer_values == pytest.approx(cert.layer_values, rel=TOL, abs=TOL * scale)
     assert again.coupling_value == pytest.approx(cert.coupling_value, rel=TOL, abs=TOL * scale)
-    assert again.projected == 0
+    assert again.projected == 0 and again.same_data
     # L at the solver's own duals is the LP optimum up to the solver's tolerances
     assert cert.bound == pytest.approx(cert.lp_objective, rel=1e-6, abs=1e-6 * scale)
     return again.bound
@@ -207,6 +207,10 @@ def test_certificates_for_another_problem_or_with_bad_indices_are_refused():
                 ("rigid_cut", (0, 0, 1, (0, 1)), 1.0), ("count", (0,), 1.0)):  # fmt: skip
         with pytest.raises(CertificateError):
             check_certificate(p, with_duals(cert, [bad]))
+    # same shape, other data: still a valid bound for the problem it is checked on
+    swapped = scenario_problem([[[1, 3]]], [1, 1], tokens=[[1, 3]], nop=[0, 1], all_resident=True)
+    assert not recompute(swapped, cert).same_data
+    assert check_certificate(swapped, cert) <= optimum(swapped) + TOL
     with pytest.raises(CertificateError, match="not a"):
         BoundCertificate.from_json('{"kind": "something else"}')
 

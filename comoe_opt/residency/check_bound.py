@@ -21,7 +21,7 @@ Robustness:
   duplicate keys add up (both are the same row);
 * columns the model leaves unbounded above get upper bounds that every placement's image meets:
   a scenario's makespan `z_ls ≤ Σ_e ω_lse / min_c v_c` (all of the layer's work on the slowest
-  chiplet) and copies into a class `new_lek ≤ min(n_k, R)`. So L(y) is finite for every y and
+  chiplet) and copies into a class `new_lek ≤ min(|k|, R)`. So L(y) is finite for every y and
   bounds the window objective of every placement from below: it is a bound of the class model
   restricted to a box that holds every placement's image;
 * the rows hold for any chiplet grouping: a type's NoP is the least NoP in its classes, the
@@ -37,6 +37,7 @@ This module imports numpy and the problem's data class only, so that it runs whe
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ VERSION = 1
 FAMILIES: dict[str, str] = {
     "type": "(layer, expert): Σ_T t[T] − r = 0",
     "class_lo": "(layer, expert, class k): m[k] − Σ_{T ∋ k} t[T] ≥ 0",
-    "class_hi": "(layer, expert, class k): m[k] − min(n_k, R) Σ_{T ∋ k} t[T] ≤ 0",
+    "class_hi": "(layer, expert, class k): m[k] − min(|k|, R) Σ_{T ∋ k} t[T] ≤ 0",
     "copies": "(layer, expert, class k): new[k] − m[k] ≥ −(previous replicas in k)",
     "replicas": "(layer, expert): Σ_k m[k] ≤ R",
     "count": "(layer, expert): Σ_j b[j] − r = 0",
@@ -166,7 +167,28 @@ def certificate_facts(
         "copy_ms": float(problem.copy_ms),
         "constant_ms": problem.constant_ms,
         "cuts": cuts,
+        "data_sha256": data_digest(problem),
     }
+
+
+def data_digest(problem: ResidencyProblem) -> str:
+    """SHA-256 of the arrays the bound is computed from (float64 bytes): tells a certificate of
+    another window apart. Informational only: a certificate of other data still gives a valid,
+    usually weaker, bound, and the same data computed elsewhere may differ in the last bits."""
+    digest = hashlib.sha256()
+    arrays = [
+        problem.scenario_work_ms,
+        problem.miss_ms,
+        problem.tokens,
+        problem.nop_ms_per_token,
+        problem.capacity_pages,
+        problem.leased,
+        None if problem.previous is None else problem.previous.resident,
+    ]
+    arrays += [t.owns for t in problem.tenants]
+    for a in arrays:
+        digest.update(b"-" if a is None else np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -178,6 +200,7 @@ class Recomputed:
     coupling_value: float
     rows: int  # distinct rows named
     projected: int  # duals of the wrong sign taken as 0
+    same_data: bool  # the certificate's data digest is the problem's (`data_digest`)
 
 
 def check_certificate(problem: ResidencyProblem, certificate: BoundCertificate) -> float:
@@ -214,7 +237,8 @@ def recompute(problem: ResidencyProblem, certificate: BoundCertificate) -> Recom
     layer_values = row_terms[:-1] + data.offset + np.bincount(data.layer_of, col_terms, problem.layers)
     coupling = float(row_terms[-1])
     bound = float(layer_values.sum()) + coupling + data.constant
-    return Recomputed(bound, layer_values, coupling, len(y), projected)
+    same = certificate.facts.get("data_sha256") == data_digest(problem)
+    return Recomputed(bound, layer_values, coupling, len(y), projected, same)
 
 
 class _Data:

@@ -38,7 +38,8 @@ what it leaves out (the bin packing of rigid experts inside a class).
 Two ways to solve it:
 
 * **joint** — one MILP over all layers (`ClassModel` without prices; its LP
-  relaxation alone is `class_lp_bound`, which `exact` uses);
+  relaxation alone is `class_lp_bound`, which `exact` uses, and `class_lp_certificate` the same
+  bound with its duals keyed by named rows, which check_bound.py recomputes without a solver);
 * **Lagrangian** (`lagrangian_value`) — the pages per class, the budget and the
   quotas are the only constraints across layers; priced by μ_k, ν, ρ_t ≥ 0
   every layer is its own small MILP, and for any prices
