@@ -11,6 +11,8 @@ the times, and — as the upper side — `milp`'s incumbent, above which neither
 bound of scaled or perturbed duals may lie.
 
     .venv/bin/python benchmarks/bench_certificate.py [--windows 0 13] [--save DIR]
+    .venv/bin/python benchmarks/bench_certificate.py --instance instances/paper-baseline.toml \
+        --scenarios 32 --windows 0 --output /tmp/paper-certificate.md
     .venv/bin/python benchmarks/bench_certificate.py --check DIR/gptoss-13.json --windows 13
 
 (`--check` recomputes a saved certificate for one window: no solver runs.)
@@ -47,12 +49,12 @@ def window_problem(path: Path, window: int, overrides: dict | None = None) -> Re
     return plan_window(instance, part, method="static").problem
 
 
-def run_window(path: Path, window: int, incumbent_limit: float, save: Path | None) -> dict:
+def run_window(path: Path, window: int, incumbent_limit: float, save: Path | None, overrides: dict) -> dict:
     from comoe_opt.residency.decompose import class_lp_certificate
     from comoe_opt.residency.solve import solve
 
     t = time.perf_counter()
-    problem = window_problem(path, window)
+    problem = window_problem(path, window, overrides)
     built = time.perf_counter() - t
     cert = class_lp_certificate(problem)
     if cert is None:
@@ -143,14 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--incumbent-limit", type=float, default=10.0, help="milp's time limit, s")
     parser.add_argument("--save", type=Path, help="write each certificate's JSON into this folder")
     parser.add_argument("--check", type=Path, help="recompute this saved certificate (one window)")
+    parser.add_argument("--scenarios", type=int, help="policy.balance_scenarios (default: the instance's)")
     parser.add_argument("--output", type=Path, default=RESULT)
     args = parser.parse_args(argv)
+    overrides = {} if args.scenarios is None else {"policy.balance_scenarios": args.scenarios}
     if args.check is not None:
         if len(args.windows) != 1:
             parser.error("--check needs exactly one --windows")
         cert = BoundCertificate.from_json(args.check.read_text(encoding="utf-8"))
         t = time.perf_counter()
-        again = recompute(window_problem(args.instance, args.windows[0]), cert)
+        again = recompute(window_problem(args.instance, args.windows[0], overrides), cert)
         value, seconds = again.bound, time.perf_counter() - t
         relative = abs(value - cert.bound) / max(abs(cert.bound), 1e-300)
         same = "the certificate's data" if again.same_data else "OTHER data than the certificate's"
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if math.isclose(value, cert.bound, rel_tol=1e-6) else 1
     rows = []
     for window in args.windows:
-        rows.append(run_window(args.instance, window, args.incumbent_limit, args.save))
+        rows.append(run_window(args.instance, window, args.incumbent_limit, args.save, overrides))
         print(render(rows[-1:]), file=sys.stderr)
     text = render(rows)
     args.output.write_text(text, encoding="utf-8")
