@@ -211,6 +211,8 @@ def test_certificates_for_another_problem_or_with_bad_indices_are_refused():
     swapped = scenario_problem([[[1, 3]]], [1, 1], tokens=[[1, 3]], nop=[0, 1], all_resident=True)
     assert not recompute(swapped, cert).same_data
     assert check_certificate(swapped, cert) <= optimum(swapped) + TOL
+    with pytest.raises(CertificateError, match="facts"):
+        check_certificate(p, dataclasses.replace(cert, facts={"layers": 1}))
     with pytest.raises(CertificateError, match="not a"):
         BoundCertificate.from_json('{"kind": "something else"}')
 

@@ -211,7 +211,10 @@ def check_certificate(problem: ResidencyProblem, certificate: BoundCertificate) 
 
 def recompute(problem: ResidencyProblem, certificate: BoundCertificate) -> Recomputed:
     """`check_certificate` with the per-layer shares (module docstring)."""
-    data = _Data(problem, certificate.facts)
+    try:
+        data = _Data(problem, certificate.facts)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CertificateError(f"the certificate's facts are incomplete or malformed: {exc!r}") from exc
     y: dict[tuple[str, Index], float] = {}
     for family, index, value in certificate.duals:
         if family not in FAMILIES:
@@ -224,7 +227,10 @@ def recompute(problem: ResidencyProblem, certificate: BoundCertificate) -> Recom
     row_terms = np.zeros(problem.layers + 1)  # the last: coupling rows
     projected = 0
     for (family, index), value in y.items():
-        cols, coefs, lo, up, layer = data.row(family, index)
+        try:
+            cols, coefs, lo, up, layer = data.row(family, index)
+        except (TypeError, ValueError) as exc:
+            raise CertificateError(f"{family}{index}: malformed indices ({exc!r})") from exc
         if (value > 0 and lo == -math.inf) or (value < 0 and up == math.inf):
             projected += 1
             continue
