@@ -296,6 +296,14 @@ class Policy:
         default=200,
         why="a search of more moves runs for hours; use the exact method instead",
     )
+    anneal_proposals: int = param(
+        "annealing proposals per layer after the local search, on the balance scenarios: they escape the "
+        "local optima where the search stops (`milp` and `exact`; 0 = none)",
+        ge=0,
+        le=10**7,
+        default=2000,
+        why="each proposal scores a layer's scenarios once; 10^7 per layer runs for hours",
+    )
     time_limit_s: float = param(
         "solver time limit", "s", gt=0, le=7 * 86400, default=10.0, why="one week: anything longer is a typo"
     )

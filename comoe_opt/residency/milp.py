@@ -20,6 +20,7 @@ Reached through `residency.solve.solve`, which imports this module only for thes
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 
@@ -30,6 +31,7 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
 from comoe_opt.residency.anneal import anneal
 from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.check_bound import BoundCertificate
 from comoe_opt.residency.cuts import ExactOutcome, cut_model_applies, solve_with_cuts
 from comoe_opt.residency.fill import fill_spare
 from comoe_opt.residency.heuristic_solve import heuristic_result as _heuristic
@@ -69,23 +71,13 @@ def solve_milp(
             best.offer(problem, assign_replicas(problem, replica.counts), "replica-count MILP")
     # the constant part is not in the model: HiGHS's gap is on what a placement changes
     bound, bound_source = _replica_bound(problem, outcome, deadline)
-    polish = cuts = None
     outcome_status = outcome.status
     _fill_and_search(best, problem, deadline)
-    class_bound = None
-    if exact and cut_model_applies(problem):
-        if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
-            cuts = _cut_rounds(problem, best, deadline, mip_gap)
-            if cuts is not None:
-                bound = max(bound, cuts.bound)
-                outcome_status = cuts.status
-            # after the rounds, so that they run as before; it can only raise the bound
-            class_bound = _class_bound(problem, deadline)
-            bound = max(bound, class_bound if class_bound is not None else -math.inf)
-        _longer_searches(problem, best, bound, deadline, mip_gap)
-        if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
-            outcome_status = Status.TIME_LIMIT
-    elif _gap(problem, best.objective, bound) > mip_gap and _small(problem):
+    # `milp`'s steps, which `exact` runs first too: `exact` is never worse than `milp`
+    certificate = _class_bound(problem, best, bound, deadline, mip_gap)
+    bound = max(bound, certificate.bound if certificate is not None else -math.inf)
+    polish = None
+    if _gap(problem, best.objective, bound) > mip_gap and _small(problem):
         polish = _polish(problem, best, deadline, mip_gap, replica.seconds_per_row)
         if polish is not None:
             bound = max(bound, polish.bound)
@@ -93,6 +85,17 @@ def solve_milp(
                 _fill_and_search(best, problem, deadline)
             # a polish without a solution ran out of time
             outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
+    _anneal(problem, best, bound, deadline, mip_gap)
+    cuts = None
+    if exact and cut_model_applies(problem):
+        if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
+            cuts = _cut_rounds(problem, best, deadline, mip_gap)
+            if cuts is not None:
+                bound = max(bound, cuts.bound)
+                outcome_status = cuts.status
+        _longer_searches(problem, best, bound, deadline, mip_gap)
+        if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
+            outcome_status = Status.TIME_LIMIT
     bound = _tidy_bound(bound, best.objective)
     status = _status(outcome_status, best.objective, bound, mip_gap, problem.constant_ms)
     if status is Status.FEASIBLE and deadline.touched:
@@ -114,7 +117,9 @@ def solve_milp(
         "cuts": None if cuts is None else cuts.rounds.cuts,
         "cut_model_bound": None if cuts is None else cuts.bound,
         "cut_model": _cut_model_note(problem, exact),
-        "class_bound": class_bound,
+        "class_bound": None if certificate is None else certificate.bound,
+        # the class bound's dual certificate; check_bound.check_certificate recomputes it
+        "certificate": None if certificate is None else json.loads(certificate.to_json()),
         **deadline.report(),
     }
     method = "exact" if exact else "milp"
@@ -206,7 +211,8 @@ def _cut_rounds(
     if deadline.expired():
         deadline.skip("cut_rounds")
         return None
-    share = deadline.share(EXACT_PROOF_SHARE)
+    # without a search the rounds are all `exact` can spend its time on
+    share = deadline.share(EXACT_PROOF_SHARE if problem.search_moves else 1.0)
     with deadline.phase("cut_rounds"):
         # a round's placement is searched on the whole deadline: the search is not the proof's
         cuts = solve_with_cuts(
@@ -217,15 +223,44 @@ def _cut_rounds(
     return cuts
 
 
-def _class_bound(problem: ResidencyProblem, deadline: Deadline) -> float | None:
-    """The hop-class model's LP bound (decompose.py, "Layer decomposition bound"), where the cut
-    model is built; None when skipped or not applicable."""
-    if deadline.expired() or not _cut_model_fits(problem):
+def _class_bound(
+    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
+) -> BoundCertificate | None:
+    """The hop-class model's LP bound (decompose.py, "Layer decomposition bound") with its
+    certificate (check_bound.py), while the gap is open, where the cut model applies and fits;
+    None when skipped or not applicable. On GPT-OSS windows it is what the cut model's rounds
+    reach, in about half a second."""
+    if not (cut_model_applies(problem) and _cut_model_fits(problem)):
         return None
-    from comoe_opt.residency.decompose import class_lp_bound  # only `exact` needs it
+    if _gap(problem, best.objective, bound) <= mip_gap:
+        return None
+    if deadline.expired():
+        deadline.skip("class_bound")
+        return None
+    from comoe_opt.residency.decompose import class_lp_certificate  # only with balance scenarios
 
     with deadline.phase("class_bound"):
-        return class_lp_bound(problem, time_limit_s=deadline.remaining())
+        return class_lp_certificate(problem, time_limit_s=deadline.remaining())
+
+
+def _anneal(
+    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
+) -> None:
+    """`problem.anneal_proposals` annealing proposals per layer from the best placement, while the
+    gap is open: a fixed count, so the placement does not depend on the machine's speed."""
+    if (
+        best.placement is None
+        or not problem.anneal_proposals
+        or _gap(problem, best.objective, bound) <= mip_gap
+    ):
+        return
+    if problem.scenario_work_ms is None:
+        return
+    if deadline.expired():
+        deadline.skip("anneal")
+        return
+    with deadline.phase("anneal"):
+        best.anneal(problem, 0, deadline, problem.anneal_proposals)
 
 
 def _longer_searches(
@@ -245,7 +280,7 @@ def _longer_searches(
                     deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
                 break
             if seed % 2:  # annealing escapes where the descent of refine stops (formulations/residency.md)
-                best.anneal(problem, seed, deadline)
+                best.anneal(problem, seed, deadline, ANNEAL_PROPOSALS)
             else:
                 best.search_longer(problem, seed, deadline)
             seed += 1
@@ -342,9 +377,9 @@ class _Incumbent:
         else:
             self.offer(problem, found, f"{self.source} + longer search")
 
-    def anneal(self, problem: ResidencyProblem, seed: int, deadline: Deadline) -> None:
-        """`ANNEAL_PROPOSALS` annealing proposals per layer from the best so far (anneal.py)."""
-        found = anneal(problem, self.placement, proposals=ANNEAL_PROPOSALS, seed=seed, deadline=deadline)
+    def anneal(self, problem: ResidencyProblem, seed: int, deadline: Deadline, proposals: int) -> None:
+        """`proposals` annealing proposals per layer from the best so far (anneal.py)."""
+        found = anneal(problem, self.placement, proposals=proposals, seed=seed, deadline=deadline)
         label = "+ annealing"
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 
@@ -387,9 +422,9 @@ def _polish_with_full_model(
     problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float
 ) -> SolveResult[Placement]:
     """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
-    # with scenarios the full model rarely closes (its LP bound is the mean load's); a node limit,
+    # the full model need not close (with scenarios its LP bound is the mean load's); a node limit,
     # not the clock, ends it, so that `milp` gives the same placement on any machine
-    nodes = {"mip_max_nodes": POLISH_NODES} if problem.scenarios else None
+    nodes = {"mip_max_nodes": POLISH_NODES}
     return _solve_full_model(problem, start, deadline=deadline, mip_gap=mip_gap / 2, options=nodes)
 
 

@@ -48,6 +48,7 @@ class ResidencyProblem:
     all_resident: bool = False  # every logical expert must keep a replica
     scenario_work_ms: np.ndarray | None = None  # [S, L, E, C] work of sampled micro-batches (scenarios.py)
     search_moves: int = 0  # local-search moves per layer on the scenarios (refine.py)
+    anneal_proposals: int = 0  # annealing proposals per layer after the search (anneal.py)
     expert_groups: int = 1  # model's expert groups (EPLB's hierarchical mode, eplb.py)
     nodes: int = 1  # nodes the chiplets (devices) form (EPLB's hierarchical mode)
     load_counts: np.ndarray | None = None  # [L, E] the unscaled selections `tokens` comes from (EPLB's)
@@ -198,6 +199,7 @@ def residency_problem(
         all_resident=policy.all_resident,
         scenario_work_ms=scenario_work,
         search_moves=policy.search_moves,
+        anneal_proposals=policy.anneal_proposals,
         expert_groups=model.expert_groups,
         nodes=hw.nodes,
         load_counts=demand.load_counts,
