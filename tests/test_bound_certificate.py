@@ -7,6 +7,7 @@ Optima come from test_decompose's brute force over every placement of 2-layer in
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_decompose import optimum, scenario_problem, small_problems
 
+from comoe_opt.instance import load_instance
+from comoe_opt.planning import plan_window
 from comoe_opt.residency.check_bound import (
     FAMILIES,
     BoundCertificate,
@@ -30,6 +33,7 @@ from comoe_opt.residency.decompose import (
     device_classes,
 )
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
+from comoe_opt.trace import load_batches
 
 TOL = 1e-6
 
@@ -232,3 +236,31 @@ def test_gptoss_window_13_is_recomputed():
     p = plan_window(instance, part, method="static").problem
     cert = BoundCertificate.from_json(certified(p).to_json())
     assert agrees(p, cert) == pytest.approx(28.3692, abs=1e-3)  # formulations/residency.md
+
+
+def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, cli):
+    """`solve --json` carries the class bound's certificate; rebuilt from the instance and window
+    alone, the checker gets the same bound, which is at most the objective and the reported bound."""
+    table = {
+        "name": "certified",
+        "model": {"layers": 2, "experts_per_layer": 8, "top_k": 2, "page_gb": 1.0, "hidden_size": 64,
+                  "bytes_per_element": 2},
+        "hardware": {"chiplets": 4, "capacity_gb": 6, "local_bandwidth_gb_s": 2000, "peak_tflops": 200,
+                     "d2d_bandwidth_gb_s": 512, "nop_hops": [1, 1, 2, 2], "hop_latency_ns": 20,
+                     "prefetch_buffer_gb": 2},
+        "trace": {"kind": "synthetic", "zipf_alpha": 1.2, "rho": 0.6, "drift_every": 20,
+                  "tokens_per_batch": 16, "micro_batches": 20, "seed": 3},
+        "policy": {"window_batches": 20, "balance_scenarios": 6, "search_moves": 0, "anneal_proposals": 0},
+    }  # fmt: skip
+    path = write_toml(table)
+    out = cli("solve", path, "--method", "milp", "--gap", "0", "--json")
+    assert out.code == 0, out.err
+    result = out.json()
+    cert = result["report"]["certificate"]
+    assert cert is not None
+    instance = load_instance(path)
+    _, batches = load_batches(instance, None)
+    problem = plan_window(instance, batches.planning_window(0, 20), method="greedy").problem
+    recomputed = check_certificate(problem, BoundCertificate.from_json(json.dumps(cert)))
+    assert recomputed == pytest.approx(cert["bound"], rel=1e-9)
+    assert recomputed <= result["bound"] + 1e-9 and recomputed <= result["objective"] + 1e-9
