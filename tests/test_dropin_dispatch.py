@@ -9,7 +9,7 @@ import pytest
 
 import comoe_opt
 from comoe_opt.residency import dropin_search as ds
-from comoe_opt.residency.ep_balance import ArgumentError
+from comoe_opt.residency.ep_balance import BUDGET_TIMES_EPLB, RISK, ArgumentError
 
 NO_LIMIT = 1e9  # seconds: these searches end by themselves (no improving move left)
 
@@ -88,12 +88,19 @@ def test_time_budget_on_an_injected_clock():
     steps = rng.poisson(rng.gamma(0.5, 8.0, size=(32, 4, 16))).astype(float)
     weight = steps.sum(axis=0)
     args = (weight, 20, 1, 1, 4)
-    # every reading is a second later: a 0.5 s budget is spent before the first move
+    # every reading is a second later: a 0.5 s budget is spent before the first move, and the plan
+    # is the search's start, per layer EPLB's packing or the covariance-aware one (whichever
+    # scores better), so never worse than EPLB on the objective
     *spent, report = comoe_opt.rebalance_experts(
         *args, history=steps, time_budget_s=0.5, clock=FakeClock(1.0), explain=True
     )
     eplb = comoe_opt.rebalance_experts(*args, method="eplb")
-    assert report.stopped_by_time and np.array_equal(spent[0], eplb[0])
+    packed = ds.risk_pack(eplb[0], ds.step_moments(ds.normalised(steps.transpose(1, 0, 2), 4)), 4, 1, RISK)
+    assert report.stopped_by_time and report.objective <= report.eplb_objective
+    assert all(
+        np.array_equal(row, eplb[0][layer]) or np.array_equal(row, packed[layer])
+        for layer, row in enumerate(spent[0])
+    )
     # a clock that stands still: the search runs until no move improves, the same plan each time
     *free, report = comoe_opt.rebalance_experts(
         *args, history=steps, time_budget_s=0.5, clock=FakeClock(0.0), explain=True
@@ -105,15 +112,16 @@ def test_time_budget_on_an_injected_clock():
 
 def test_default_budget_is_a_multiple_of_eplbs_own_time():
     """The default budget is read off the clock around EPLB's plan: with a clock that ticks
-    1 s per reading, EPLB took 1 s, and the search gets 10 s of the call's readings."""
+    1 s per reading, EPLB took 1 s, and the call gets `BUDGET_TIMES_EPLB` s of readings."""
     rng = np.random.default_rng(4)
-    steps = rng.poisson(rng.gamma(0.5, 8.0, size=(16, 2, 16))).astype(float)
+    steps = rng.poisson(rng.gamma(0.5, 8.0, size=(32, 8, 16))).astype(float)
     clock = FakeClock(1.0)
     report = comoe_opt.rebalance_experts(
         steps.sum(axis=0), 20, 1, 1, 4, history=steps, clock=clock, explain=True
     )[3]
-    assert report.stopped_by_time  # 10 readings are 10 s: far fewer than the search wants
-    assert 10 <= clock.now <= 40  # it stopped near the budget, not after every move
+    budget = BUDGET_TIMES_EPLB["even"]
+    assert report.stopped_by_time  # 15 readings are 15 s: far fewer than the search wants
+    assert budget <= clock.now <= 4 * budget  # it stopped near the budget, not after every move
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"history": np.zeros((5, 3, 12))}])

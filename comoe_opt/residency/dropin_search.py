@@ -13,14 +13,26 @@ under the engine's dispatch:
   found by min cut (closure.py) and the search runs on a pool of the sets met so far, checked
   exactly before its result is kept.
 
+Steps are weighted by recency (`step_weights`: halved every `HALF_LIFE` steps back), since a plan
+serves the steps after its history. `even` is scored on the steps' weighted moments
+(`MomentSearch`: each GPU's expected peak from its load's mean and variance, covariances between
+experts included); `lp` on the steps themselves.
+
+The search starts, per layer, from whichever scores best once its moves are paid for: the map in
+service (`previous`), EPLB's packing, or `risk_pack`, EPLB's replicas packed again heaviest
+first onto the GPU whose load's mean + `risk` standard deviations is least (experts that burst
+together end up apart, which EPLB, seeing only sums, cannot do).
+
 Moves, drawn on the same node (hierarchical plans keep EPLB's node packing): swap the experts of
 two slots on different GPUs, or give a slot of an expert with a spare replica to the expert of
 another slot. Each iteration draws `CANDIDATES` moves per layer aimed at the GPUs that carry
 the steps' peaks, scores them all at once from the two experts they touch (incremental: the
 loads or cut sums of the rest stay), and applies each layer's best if it lowers the layer's
 objective: score + `move_cost` × experts moved relative to `previous` (an expert moved is a
-replica on a GPU that did not hold it). A layer stops after `PATIENCE` iterations without an
-improving move; the search stops when every layer has, or at the deadline.
+replica on a GPU that did not hold it); `even` then applies up to `EXTRA_MOVES` more of the
+iteration's improving candidates per layer, each re-scored on the plan as it then is. A layer
+stops after `PATIENCE` iterations without an improving move; the search stops when every layer
+has, or at the deadline.
 """
 
 from __future__ import annotations
@@ -32,10 +44,15 @@ import numpy as np
 
 from comoe_opt.residency.scenarios import MAX_ENUMERATED_CHIPLETS
 
-CANDIDATES = 48  # moves scored per layer and iteration
+CANDIDATES = 96  # moves scored per layer and iteration
 SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
 POWER = 1.0
 LSE = True
+# steps this far back weigh half as much as the newest (None: all alike); the plan serves the
+# steps after its history, which resemble the recent ones most (chosen on GPT-OSS windows 1-32
+# among None, 128, 64 and 32)
+HALF_LIFE: float | None = 64.0
+EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
 PATIENCE = {"even": 3, "lp": 5}
@@ -66,9 +83,10 @@ def replica_counts(slots: np.ndarray, experts: int, gpus: int) -> np.ndarray:
 
 
 def step_mean(spans: np.ndarray) -> np.ndarray:
-    """What the search minimises over a layer's steps: the mean of each step's max/mean GPU load,
-    raised to `POWER` (above 1, the steps with the worst peaks weigh more)."""
-    return (spans.astype(np.float64) ** POWER).mean(axis=-1)
+    """What the search minimises over a layer's steps (the last axis, oldest first): the mean of
+    each step's max/mean GPU load raised to `POWER` (above 1, the worst peaks weigh more), each
+    step weighted by `step_weights` (recent steps more)."""
+    return np.einsum("...s,s->...", spans.astype(np.float64) ** POWER, step_weights(spans.shape[-1]))
 
 
 def moved(n: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
@@ -179,6 +197,9 @@ class _Candidates:
     valid: np.ndarray
 
 
+_MOVE_FIELDS = ("e", "f", "gi", "gj", "swap", "i", "j", "na", "nb", "valid")
+
+
 class Search:
     """All layers' slots, searched together; `run` applies improving moves until done."""
 
@@ -194,9 +215,9 @@ class Search:
         significance: float | None = None,
     ):
         self.slots = slots.copy()
-        w = w.astype(np.float32)  # half the memory traffic; the result is checked in float64
-        self.w, self.wt, self.shape, self.rng = w, np.ascontiguousarray(w.transpose(0, 2, 1)), shape, rng
+        self.shape, self.rng = shape, rng
         self.layers, self.steps, self.experts = w.shape
+        self._keep_steps(w)
         self.per_gpu = slots.shape[1] // shape.gpus
         self.per_node = slots.shape[1] // shape.nodes
         self.n = replica_counts(self.slots, self.experts, shape.gpus)
@@ -205,13 +226,17 @@ class Search:
         self.significance = SIGNIFICANCE if significance is None else significance
         self.sets: list[np.ndarray] = [] if pools is None else pools
         self.per_step = np.zeros((self.layers, self.steps))  # each step's current makespan
-        self.gpu_rows = np.zeros((self.layers, shape.gpus, self.steps), dtype=np.float32)  # even: loads
+        self.gpu_rows = np.zeros((0, shape.gpus, self.steps), dtype=np.float32)  # even: loads
         self.in_sets: list[np.ndarray] = []  # lp: [S, sets] work confined to each set
         self._reset_scores()
         self.start_objective = self.objective.copy()
         self.applied = 0
 
     # -------------------------------------------------------------- state
+
+    def _keep_steps(self, w: np.ndarray) -> None:
+        w = w.astype(np.float32)  # half the memory traffic; the result is checked in float64
+        self.w, self.wt = w, np.ascontiguousarray(w.transpose(0, 2, 1))
 
     def _reset_scores(self) -> None:
         if self.shape.dispatch == "even":
@@ -268,7 +293,8 @@ class Search:
 
     def _draw(self, active: np.ndarray) -> _Candidates:
         """K candidate moves for each active layer, slot i on a GPU drawn by its share of peaks."""
-        b, k, gpus = active.size, CANDIDATES, self.shape.gpus
+        b, gpus = active.size, self.shape.gpus
+        k = CANDIDATES
         rng = self.rng
         hot = self._peak_shares(active)  # [B, G]
         gi = (rng.random((b, k, 1)) > np.cumsum(hot, axis=1)[:, None, :]).sum(axis=2)
@@ -336,11 +362,15 @@ class Search:
         """[B, K] each candidate's mean per-step score plus `self.significance` standard errors of
         its per-step change: a move must gain more than the steps' noise can explain, which is
         what keeps the plan from fitting the history's accidents."""
+        p = step_weights(spans.shape[-1])
         current = self.per_step[layers] ** POWER
         change = spans.astype(np.float64) ** POWER - current[:, None, :]
-        score = current.mean(axis=-1)[:, None] + change.mean(axis=-1)
-        if self.significance > 0 and spans.shape[-1] > 1:
-            score += self.significance * change.std(axis=-1, ddof=1) / np.sqrt(spans.shape[-1])
+        gain = np.einsum("...s,s->...", change, p)
+        score = np.einsum("bs,s->b", current, p)[:, None] + gain
+        if self.significance > 0 and spans.shape[-1] > 1:  # the weighted mean's standard error
+            spread = np.einsum("...s,s->...", (change - gain[..., None]) ** 2, p)
+            spread *= spans.shape[-1] / (spans.shape[-1] - 1)
+            score += self.significance * np.sqrt(spread * (p**2).sum())
         return score
 
     def _lp_candidates(self, c: _Candidates) -> np.ndarray:
@@ -412,12 +442,18 @@ class Search:
                 for row in np.flatnonzero(better):
                     better[row] = self._exact_gain(c, int(row), int(best[row]))
             self._apply_all(c, np.flatnonzero(better), best[better])
+            self._more_moves(c, objective, current, better, best)
             idle[active] = np.where(better, 0, idle[active] + 1)
         return False
 
     def _apply_all(self, c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> None:
         for row, k in zip(rows.tolist(), ks.tolist(), strict=True):
             self._apply(c, row, k)
+
+    def _more_moves(
+        self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
+    ) -> None:
+        """MomentSearch applies more than one move per layer and iteration; this search does not."""
 
 
 class MomentSearch(Search):
@@ -432,15 +468,23 @@ class MomentSearch(Search):
     move touches two experts, so its score costs O(GPUs x DRAWS), whatever the history's length.
     """
 
-    def __init__(self, *args: object, **kwargs: object):
+    def __init__(
+        self,
+        *args: object,
+        moments: Moments | None = None,
+        **kwargs: object,
+    ):
         kwargs["significance"] = 0.0  # the score is smooth: no step-noise penalty
+        self.moments = moments
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
+    def _keep_steps(self, w: np.ndarray) -> None:
+        if self.moments is None:
+            self.moments = step_moments(w)
+
     def _reset_scores(self) -> None:
-        w = self.w.astype(np.float64)  # [L, S, E]
-        self.mean = w.mean(axis=1)  # [L, E]
-        self.dev = np.ascontiguousarray((w - self.mean[:, None, :]).transpose(0, 2, 1))  # [L, E, S]
-        self.var_w = (self.dev**2).mean(axis=-1)  # [L, E]
+        assert self.moments is not None
+        self.mean, self.dev, self.var_w = self.moments.mean, self.moments.dev, self.moments.var_w
         share = self.n / np.maximum(self.n.sum(axis=-1, keepdims=True), 1)  # [L, E, G]
         self.mu = np.einsum("le,leg->lg", self.mean, share)
         # einsum's own loops, not a BLAS product: BLAS threads contend badly on a shared host
@@ -452,31 +496,30 @@ class MomentSearch(Search):
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
             self.z = np.zeros((1, self.shape.gpus))  # one step: its peak, exactly
-        # temperatures from the steps alone (not the plan), so that every plan is scored alike
-        spread = float(np.sqrt(self.var_w.sum(axis=-1) / self.shape.gpus).mean()) or 1.0
-        self.temperatures = (
-            spread * np.array([0.25, 0.5, 1.0, 2.0, 4.0]) / np.sqrt(2 * np.log(max(self.shape.gpus, 2)))
-        )
+        self.temperatures = temperatures(self.moments, self.shape.gpus)
         self.per_step = self._peaks(self.mu, self.var_g)
         self.objective = step_mean(self.per_step) + self.move_cost * moved(self.n, self.prev)
 
-    def _peaks(self, mu: np.ndarray, var: np.ndarray) -> np.ndarray:
+    def _peaks(self, mu: np.ndarray, var: np.ndarray, layers: np.ndarray | None = None) -> np.ndarray:
         """[..., DRAWS] max over GPUs of mean + sd z, for mu and var [..., G]."""
-        sd = np.sqrt(np.maximum(var, 0.0))
         if LSE and self.steps > 1:
-            return self._lse(mu, var, sd)
+            return self._lse(mu, var, layers)
+        sd = np.sqrt(np.maximum(var, 0.0))
         # [..., G, DRAWS]: the draws innermost, so the max over GPUs runs along contiguous rows
         return (mu[..., None] + sd[..., None] * self.z.T).max(axis=-2)
 
-    def _lse(self, mu: np.ndarray, var: np.ndarray, sd: np.ndarray) -> np.ndarray:
-        """[..., 1] min over temperatures t of t log sum_g exp(mu_g / t + var_g / 2t^2), a bound on
-        the expected peak that is smooth and costs O(GPUs) per candidate."""
+    def _lse(self, mu: np.ndarray, var: np.ndarray, layers: np.ndarray | None) -> np.ndarray:
+        """[L or b, 1] min over temperatures t of t log sum_g exp(mu_g / t + var_g / 2t^2), a bound
+        on the expected peak that is smooth and costs O(GPUs) per candidate; the layers' best
+        temperatures are kept (`layers`: the rows of mu, all when None)."""
         t = self.temperatures  # [T]
-        top = mu.max(axis=-1, keepdims=True)
-        expo = (mu[..., None] - top[..., None]) / t + var[..., None] / (2 * t**2)  # [..., G, T]
-        peak = expo.max(axis=-2, keepdims=True)
-        bound = top + t * (peak[..., 0, :] + np.log(np.exp(expo - peak).sum(axis=-2)))
-        return bound.min(axis=-1, keepdims=True)
+        bound = _lse_at(mu[..., None, :], var[..., None, :], t[:, None])[..., 0]  # [.., T]
+        best = bound.argmin(axis=-1)
+        if layers is None:
+            self.best_t = best
+        else:
+            self.best_t[layers] = best
+        return np.take_along_axis(bound, best[..., None], axis=-1)
 
     def _peak_shares(self, active: np.ndarray) -> np.ndarray:
         gpus = self.shape.gpus
@@ -513,8 +556,46 @@ class MomentSearch(Search):
 
     def _candidate_objectives(self, c: _Candidates) -> np.ndarray:
         self._last = self._changes(c.layer, c)  # the chosen moves' new moments, for _apply_all
-        score = step_mean(self._peaks(self._last[0], self._last[1]))
+        if LSE and self.steps > 1:
+            # each layer at the temperature that bounds its current plan best: an upper bound on a
+            # candidate's bound, exact for the current plan, so an accepted move still lowers it
+            t = self.temperatures[self.best_t[c.layer]][:, None, None]
+            score = step_mean(_lse_at(self._last[0], self._last[1], t))
+        else:
+            score = step_mean(self._peaks(self._last[0], self._last[1]))
         return np.where(c.valid, score + self._move_costs(c), np.inf)
+
+    def _more_moves(
+        self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
+    ) -> None:
+        """After each layer's best move: up to `EXTRA_MOVES` more of the iteration's candidates
+        that improved on their own and touch none of the experts moved since, each scored again
+        on the plan as it now is and applied only if it still lowers the objective (a fraction
+        of an iteration's cost each)."""
+        if not EXTRA_MOVES or not better.any():
+            return
+        rows = np.flatnonzero(better)
+        touched = np.zeros((rows.size, self.experts), dtype=bool)
+        local, first = np.arange(rows.size), best[rows]
+        touched[local, c.e[rows, first]] = touched[local, c.f[rows, first]] = True
+        alone = objective[rows] < current[rows, None] - 1e-12 * np.maximum(1.0, np.abs(current[rows, None]))
+        alone[local, first] = False
+        for _ in range(EXTRA_MOVES):
+            r = np.arange(rows.size)[:, None]
+            ok = alone & ~touched[r, c.e[rows]] & ~touched[r, c.f[rows]]
+            live = np.flatnonzero(ok.any(axis=1))
+            if live.size == 0:
+                return
+            k = np.where(ok[live], objective[rows[live]], np.inf).argmin(axis=1)
+            sub = _Candidates(
+                c.layer[rows[live]], *(getattr(c, name)[rows[live], k][:, None] for name in _MOVE_FIELDS)
+            )
+            gain = self._candidate_objectives(sub)[:, 0]
+            keep = np.flatnonzero(gain < self.objective[sub.layer] - 1e-12 * np.maximum(1.0, np.abs(gain)))
+            self._apply_all(sub, keep, np.zeros(keep.size, dtype=np.int64))
+            alone[live, k] = False
+            kept = live[keep]
+            touched[kept, sub.e[keep, 0]] = touched[kept, sub.f[keep, 0]] = True
 
     def _apply_all(self, c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> None:
         """Every layer's chosen move at once (one per layer, so no two touch the same rows)."""
@@ -534,14 +615,124 @@ class MomentSearch(Search):
         self.slots[layers[swap], j[swap]] = e[swap]
         self.n[layers, e], self.n[layers, f] = c.na[rows, ks], c.nb[rows, ks]
         self.applied += rows.size
-        self.per_step[layers] = self._peaks(mu, var)
+        self.per_step[layers] = self._peaks(mu, var, layers)
         prev = None if self.prev is None else self.prev[layers]
         self.objective[layers] = step_mean(self.per_step[layers]) + self.move_cost * moved(
             self.n[layers], prev
         )
 
 
-def expected_peaks(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
-    """[layers] the `even` objective of `slots` on normalised steps `w` [layers, S, E] (MomentSearch)."""
-    search = MomentSearch(slots, w, Shape(gpus, 1, "even"), None, 0.0, np.random.default_rng(0))
-    return step_mean(search.per_step)
+@dataclass(frozen=True)
+class Moments:
+    """What MomentSearch needs of the steps, whatever the plan: each expert's (recency-weighted)
+    mean load [L, E], its deviations from it [L, E, S] and their variance [L, E]."""
+
+    mean: np.ndarray
+    dev: np.ndarray
+    var_w: np.ndarray
+
+    def rows(self, layers: np.ndarray) -> Moments:
+        return Moments(self.mean[layers], self.dev[layers], self.var_w[layers])
+
+
+def step_moments(w: np.ndarray) -> Moments:
+    """The moments of normalised steps `w` [layers, S, E]."""
+    w = w.astype(np.float64)
+    steps = w.shape[1]
+    p = step_weights(steps)
+    mean = np.einsum("lse,s->le", w, p)  # [L, E]
+    scale = np.sqrt(steps * p)
+    dev = np.ascontiguousarray(((w - mean[:, None, :]) * scale[None, :, None]).transpose(0, 2, 1))
+    return Moments(mean, dev, (dev**2).mean(axis=-1))
+
+
+def step_weights(steps: int) -> np.ndarray:
+    if HALF_LIFE is None or steps <= 1:
+        return np.full(steps, 1.0 / max(steps, 1))
+    p = 0.5 ** ((steps - 1 - np.arange(steps)) / HALF_LIFE)
+    return p / p.sum()
+
+
+def temperatures(moments: Moments, gpus: int) -> np.ndarray:
+    """[T] the LSE bound's temperatures, from the steps alone (not the plan), so that every plan
+    is scored alike."""
+    spread = float(np.sqrt(moments.var_w.sum(axis=-1) / gpus).mean()) or 1.0
+    return spread * np.array([0.25, 0.5, 1.0, 2.0, 4.0]) / np.sqrt(2 * np.log(max(gpus, 2)))
+
+
+def _lse_at(mu: np.ndarray, var: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """[..., 1] t log sum_g exp(mu_g / t + var_g / 2t^2) over the last axis (GPUs), for mu and var
+    [..., G] and t broadcast to [..., 1]: E[max_g X_g] <= it for Gaussian X_g of those moments."""
+    top = mu.max(axis=-1, keepdims=True)
+    expo = (mu - top) / t + var / (2 * t**2)
+    peak = expo.max(axis=-1, keepdims=True)
+    return top + t * (peak + np.log(np.exp(expo - peak).sum(axis=-1, keepdims=True)))
+
+
+def expected_peaks(slots: np.ndarray, w: np.ndarray, gpus: int, moments: Moments | None = None) -> np.ndarray:
+    """[layers] the `even` objective of `slots` on normalised steps `w` [layers, S, E], as
+    MomentSearch scores it (`moments`: those of `w`, when already at hand)."""
+    moments = step_moments(w) if moments is None else moments
+    _, experts, steps = moments.dev.shape
+    n = replica_counts(slots, experts, gpus)
+    share = n / np.maximum(n.sum(axis=-1, keepdims=True), 1)  # [L, E, G]
+    mu = np.einsum("le,leg->lg", moments.mean, share)
+    if steps == 1:
+        return mu.max(axis=-1)
+    centred = np.einsum("leg,les->lgs", share, moments.dev)
+    var = (centred**2).mean(axis=-1)
+    t = temperatures(moments, gpus)
+    return _lse_at(mu[..., None, :], var[..., None, :], t[:, None])[..., 0].min(axis=-1)
+
+
+def risk_pack(
+    eplb_map: np.ndarray,
+    moments: Moments,
+    gpus: int,
+    nodes: int,
+    risk: float,
+    prev: np.ndarray | None = None,
+    stay: float = 0.0,
+) -> np.ndarray:
+    """[layers, slots] EPLB's replicas (its counts, its nodes) packed again, heaviest per replica
+    first, each onto the GPU with a free slot (on the expert's node) whose load after taking it
+    has the least mean + `risk` standard deviations, covariances between experts included."""
+    layers, slots = eplb_map.shape
+    experts = moments.mean.shape[1]
+    per_gpu, per_node = slots // gpus, gpus // nodes
+    count = np.zeros((layers, experts), dtype=np.int64)
+    np.add.at(count, (np.arange(layers)[:, None], eplb_map), 1)
+    share = 1.0 / np.maximum(count, 1)
+    items = np.sort(eplb_map, axis=1)  # every replica once; the order below sorts them
+    heavy = np.take_along_axis(moments.mean * share, items, axis=1)
+    items = np.take_along_axis(items, np.argsort(-heavy, axis=1, kind="stable"), axis=1)
+    node_of = np.zeros((layers, experts), dtype=np.int64)  # EPLB's node of each expert
+    node_of[np.arange(layers)[:, None], eplb_map] = (np.arange(slots) // (slots // nodes))[None, :]
+    gpu_node = np.arange(gpus) // per_node
+    mu = np.zeros((layers, gpus))
+    var = np.zeros((layers, gpus))
+    centred = np.zeros((layers, gpus, moments.dev.shape[2]))  # each GPU's load deviation per step
+    free = np.full((layers, gpus), per_gpu)
+    out = np.empty_like(eplb_map)
+    rows = np.arange(layers)
+    steps = max(moments.dev.shape[2], 1)
+    held = None if prev is None else prev.copy()  # replicas of `prev` not yet kept
+    for t in range(slots):
+        e = items[:, t]
+        s = share[rows, e]
+        dev_e = moments.dev[rows, e]  # [L, S]
+        new_var = var + (s**2 * moments.var_w[rows, e])[:, None]
+        new_var += 2 * s[:, None] * np.einsum("lgs,ls->lg", centred, dev_e) / steps
+        score = mu + (s * moments.mean[rows, e])[:, None] + risk * np.sqrt(np.maximum(new_var, 0.0))
+        if held is not None:
+            score += stay * (held[rows, e] == 0)
+        score[(free == 0) | (gpu_node[None, :] != node_of[rows, e][:, None])] = np.inf
+        g = score.argmin(axis=1)
+        if held is not None:
+            held[rows, e, g] = np.maximum(held[rows, e, g] - 1, 0)
+        mu[rows, g] += s * moments.mean[rows, e]
+        var[rows, g] = new_var[rows, g]
+        centred[rows, g] += s[:, None] * dev_e
+        out[rows, g * per_gpu + per_gpu - free[rows, g]] = e
+        free[rows, g] -= 1
+    return out

@@ -5,13 +5,14 @@ signature and return values (`phy2log`, `log2phy`, `logcnt`, see eplb.py), so an
 it where it calls EPLB. It needs no instance file: devices, slots and loads are all it takes.
 
 * `method="eplb"`: DeepSeek's algorithm as published (eplb.py).
-* `method="comoe"` (default): EPLB's plan (or, given `previous`, the map in service when that is
-  better once moves are paid for), then the local search of dropin_search.py on what the engine
-  will see: each step's max/mean GPU load under `dispatch` — `"even"` (the engine splits an
-  expert's tokens evenly over its replicas) or `"lp"` (it routes each batch by the best split,
-  as SGLang's `--ep-dispatch-algorithm lp`), scored exactly as the slow loop's balance
-  scenarios (the cut condition). Steps are `history` ([steps, layers, experts], e.g. SGLang's
-  recorder dump), or `weight` itself as one step.
+* `method="comoe"` (default): per layer the best of EPLB's plan, a covariance-aware packing of
+  EPLB's replicas and (given `previous`) the map in service, once moves are paid for; then the
+  local search of dropin_search.py on what the engine will see: each step's max/mean GPU load
+  under `dispatch` — `"even"` (the engine splits an expert's tokens evenly over its replicas) or
+  `"lp"` (it routes each batch by the best split, as SGLang's `--ep-dispatch-algorithm lp`),
+  scored exactly as the slow loop's balance scenarios (the cut condition), recent steps weighing
+  more. Steps are `history` ([steps, layers, experts], e.g. SGLang's recorder dump), or `weight`
+  itself as one step.
 
 The search keeps EPLB's shape: every expert at least once, `num_replicas / num_gpus` slots per
 GPU, and in hierarchical mode every replica on the node its group is on. A move is kept only
@@ -44,10 +45,13 @@ MAX_HISTORY_STEPS = 128  # steps scored per layer (spread evenly): the search's 
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
 MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; residency cannot import formats)
 # default budget: this many times what EPLB's own plan took in the call (upstream's torch EPLB
-# measured 9-21x our port on the same inputs, so `even` stays within upstream's time); the best
-# split costs about thirty times more to score
-BUDGET_TIMES_EPLB = {"even": 10.0, "lp": 300.0}
+# measured 8-16x our port on the same inputs, so `even` stays within twice upstream's time); the
+# best split costs about thirty times more to score
+BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
 MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
+# the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
+# load is least (chosen on GPT-OSS windows 1-32 among 0, 0.674, 1, 1.5 and 2)
+RISK = 1.5
 EXPLAIN_STEPS = 32  # steps the explain report's redundancy check scores per layer
 
 
@@ -127,7 +131,7 @@ def rebalance_experts(
     as EPLB would). `previous` [layers, num_replicas] is the engine's current `phy2log`: experts
     that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
     max/mean). The search stops when nothing improves or after `time_budget_s` seconds of the
-    call on `clock` (default: 10 times what EPLB's plan took, 300 for `lp`); `moves` caps the moves
+    call on `clock` (default: 15 times what EPLB's plan took, 300 for `lp`); `moves` caps the moves
     scored per layer (given alone, it replaces the default budget: a deterministic plan). A bad
     argument raises `ArgumentError` (a `ValueError`) naming it.
     """
@@ -161,22 +165,29 @@ def rebalance_experts(
     scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
     w = search.normalised(scenarios, num_gpus)
     prev_n = None if prev is None else search.replica_counts(prev, experts, num_gpus)
-    if prev is not None:
-        eplb_map = keep_in_place(align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes), prev, num_gpus)
+    if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
+        eplb_map = align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes)
     plan, stopped = eplb_map, False
+    moments = search.step_moments(w) if dispatch == "even" and (method == "comoe" or explain) else None
     if method == "comoe":
-        start = eplb_map if prev is None else _better_start(eplb_map, prev, w, shape, prev_n, move_cost)
-        deadline = began + budget
-        plan, stopped = _search(start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline)
+        packed = search.risk_pack(eplb_out[0], moments or search.step_moments(w), num_gpus, shape.nodes, RISK)
         if prev is not None:
-            plan = keep_in_place(plan, prev, num_gpus)
+            packed = align_gpus(packed, prev, experts, num_gpus, shape.nodes)
+        starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
+        start = _best_start(starts, w, shape, prev_n, move_cost, moments)
+        deadline = began + budget
+        plan, stopped = _search(
+            start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline, moments
+        )
+    if prev is not None:
+        plan = keep_in_place(plan, prev, num_gpus)
     logcnt = np.stack([np.bincount(row, minlength=experts) for row in plan]).astype(np.int64)
     out: tuple[Any, ...] = (plan.astype(np.int64), _log2phy(plan, logcnt), logcnt)
     if plan is eplb_out[0]:  # EPLB's own arrays, its log2phy order included
         out = eplb_out
     if explain:
         report = _report(
-            method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, clock() - began
+            method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, clock() - began, moments
         )
         report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
         out = (*out, report)
@@ -254,13 +265,16 @@ def _search(
     seed: int,
     cap: int | None,
     expired: Callable[[], bool],
+    moments: search.Moments | None = None,
 ) -> tuple[np.ndarray, bool]:
     """(plan, whether the deadline cut the search short)."""
     rng = np.random.default_rng(seed)
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
-        kind = search.MomentSearch if shape.dispatch == "even" else search.Search
-        run = kind(start, w, shape, prev_n, move_cost, rng)
+        if shape.dispatch == "even":
+            run: search.Search = search.MomentSearch(start, w, shape, prev_n, move_cost, rng, moments=moments)
+        else:
+            run = search.Search(start, w, shape, prev_n, move_cost, rng)
         stopped = run.run(expired, iterations)
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
         if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
@@ -268,8 +282,8 @@ def _search(
             plan[worse] = start[worse]
         elif changed.size:  # lp scores candidates in float32: keep a start where float64 disagrees
             sub = None if prev_n is None else prev_n[changed]
-            new = _objective(plan[changed], w[changed], shape, sub, move_cost)
-            worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost)]
+            new = _objective(plan[changed], w[changed], shape, sub, move_cost, None)
+            worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost, None)]
             plan[worse] = start[worse]
         return plan, stopped
     return _pooled_search(start, w, shape, prev_n, move_cost, rng, iterations, expired)
@@ -329,30 +343,37 @@ def _exact(
 
 
 def _objective(
-    plan: np.ndarray, w: np.ndarray, shape: search.Shape, prev_n: np.ndarray | None, move_cost: float
+    plan: np.ndarray,
+    w: np.ndarray,
+    shape: search.Shape,
+    prev_n: np.ndarray | None,
+    move_cost: float,
+    moments: search.Moments | None = None,
 ) -> np.ndarray:
     """[layers] what the search minimises: the expected peak (`even`) or the mean best-split
     max/mean (`lp`), plus the moves' price."""
     n = search.replica_counts(plan, w.shape[-1], shape.gpus)
     if shape.dispatch == "even":
-        value = search.expected_peaks(plan, w, shape.gpus)
+        value = search.expected_peaks(plan, w, shape.gpus, moments)
     else:
         value = search.step_mean(search.scores(plan, w, shape))
     return value + move_cost * search.moved(n, prev_n)
 
 
-def _better_start(
-    eplb_map: np.ndarray,
-    prev: np.ndarray,
+def _best_start(
+    starts: list[np.ndarray],
     w: np.ndarray,
     shape: search.Shape,
     prev_n: np.ndarray | None,
     move_cost: float,
+    moments: search.Moments | None,
 ) -> np.ndarray:
-    """Per layer, the map in service or EPLB's (kept in place), whichever scores better once its
-    moves are paid for."""
-    keep = _objective(prev, w, shape, prev_n, move_cost) <= _objective(eplb_map, w, shape, prev_n, move_cost)
-    return np.where(keep[:, None], prev, eplb_map)
+    """Per layer, the start that scores best once its moves are paid for (the first on ties)."""
+    if len(starts) == 1:
+        return starts[0]
+    values = np.stack([_objective(plan, w, shape, prev_n, move_cost, moments) for plan in starts])
+    pick = values.argmin(axis=0)
+    return np.stack(starts)[pick, np.arange(pick.size)]
 
 
 def _report(
@@ -366,14 +387,15 @@ def _report(
     prev_n: np.ndarray | None,
     stopped: bool,
     seconds: float,
+    moments: search.Moments | None,
 ) -> Report:
     experts = w.shape[-1]
     score = float(search.scores(plan, w, shape).mean())
     eplb_score = float(search.scores(eplb_map, w, shape).mean())
     moved = int(search.moved(search.replica_counts(plan, experts, shape.gpus), prev_n).sum())
     eplb_moved = int(search.moved(search.replica_counts(eplb_map, experts, shape.gpus), prev_n).sum())
-    objective = float(_objective(plan, w, shape, prev_n, 0.0).mean())
-    eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0).mean())
+    objective = float(_objective(plan, w, shape, prev_n, 0.0, moments).mean())
+    eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0, moments).mean())
     return Report(
         method, dispatch, planned_on, score, eplb_score, objective, eplb_objective, moved, eplb_moved,
         None, None, stopped, seconds,
