@@ -305,6 +305,16 @@ def test_annealing_separates_experts_that_burst_together():
     assert score(p, good).total == pytest.approx(4.0)
 
 
+def test_annealing_under_a_deadline_sizes_each_layer_to_the_time_left():
+    from comoe_opt.residency.anneal import _Pace
+
+    pace = _Pace()
+    pace.record(100, 1.0)  # 10 ms per proposal measured so far
+    assert pace.fitting(None, 5000, 2.0) == 200  # a 2 s share fits 200
+    assert pace.fitting(None, 50, 2.0) == 50  # never more than asked
+    assert pace.fitting(None, 50, 0.0) == 0
+
+
 def _some_placement(p: ResidencyProblem) -> Placement | None:
     try:
         r = run(p, iterations=1, search_rounds=0, anneal_proposals=0)
