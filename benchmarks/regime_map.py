@@ -21,6 +21,8 @@ calibrated on static at each point), then writes:
         --results bench-out/regime-map-slow                        # the slow-link slice only
     .venv/bin/python benchmarks/regime_map.py --analyse-only \
         --results bench-out/regime-map-slow bench-out/regime-map-240   # several slices as one map
+    .venv/bin/python benchmarks/regime_map.py --analyse-only --finished-points \
+        --results bench-out/regime-map                             # a run still going: its finished points
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from comoe_opt.evaluator.regime import AXES, CLAIMS, best_point, point_table
+from comoe_opt.evaluator.regime import AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
 from comoe_opt.files import atomic_path
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results" / "regime")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--analyse-only", action="store_true")
+    parser.add_argument("--finished-points", action="store_true",
+                        help="analyse the stored runs of the points whose runs have all finished "
+                             "(of a suite still running, or one stopped before the end)")  # fmt: skip
     args = parser.parse_args(argv)
     if not args.analyse_only:
         if len(args.results) != 1:
@@ -64,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         if (results / "runs").exists():
             command.append("--resume")
         subprocess.run(command, check=True)
-    rows = pd.concat([pd.read_parquet(r / "results.parquet") for r in args.results], ignore_index=True)
+    if args.finished_points:
+        rows = pd.concat([finished_points(r) for r in args.results], ignore_index=True)
+    else:
+        rows = pd.concat([pd.read_parquet(r / "results.parquet") for r in args.results], ignore_index=True)
     table = point_table(rows)
     args.out.mkdir(parents=True, exist_ok=True)
     with atomic_path(args.out / "regime-map.csv") as tmp:
@@ -77,6 +85,17 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(text, encoding="utf-8")
     print(text)
     return 0
+
+
+def finished_points(results: Path) -> pd.DataFrame:
+    """The stored rows (`runs/*.json`) of the points where every strategy of the map has run."""
+    from comoe_opt.bench.store import ResultStore, results_frame
+
+    store = ResultStore(results)
+    rows = results_frame(store.rows(p.stem for p in sorted(store.runs.glob("*.json"))))
+    rows = rows[rows["run_status"] == "ok"]
+    done = rows.groupby(list(AXES))["method"].transform("nunique") == len(MAP_STRATEGIES)
+    return rows[done].reset_index(drop=True)
 
 
 def summary(table: pd.DataFrame, best: pd.Series, rows: pd.DataFrame) -> str:
