@@ -114,10 +114,10 @@ def test_default_budget_is_a_multiple_of_eplbs_own_time():
     """The default budget is read off the clock around EPLB's plan: with a clock that ticks
     1 s per reading, EPLB took 1 s, and the call gets `BUDGET_TIMES_EPLB` s of readings."""
     rng = np.random.default_rng(4)
-    steps = rng.poisson(rng.gamma(0.5, 8.0, size=(32, 8, 16))).astype(float)
+    steps = rng.poisson(rng.gamma(0.5, 8.0, size=(32, 4, 32))).astype(float)
     clock = FakeClock(1.0)
     report = comoe_opt.rebalance_experts(
-        steps.sum(axis=0), 20, 1, 1, 4, history=steps, clock=clock, explain=True
+        steps.sum(axis=0), 40, 1, 1, 4, history=steps, clock=clock, explain=True
     )[3]
     budget = BUDGET_TIMES_EPLB["even"]
     assert report.stopped_by_time  # 15 readings are 15 s: far fewer than the search wants

@@ -107,3 +107,22 @@ def test_a_search_never_ends_above_its_start_on_the_objective():
         # EPLB's packing is one of its starts; with `previous` the moves are paid for
         ours = report.objective + cost * report.moved
         assert ours <= report.eplb_objective + cost * report.eplb_moved + 1e-12
+
+
+def test_guided_swaps_lead_to_the_target():
+    """2 GPUs x 2 slots: the plan holds {0, 1} and {2, 3}, the target {0, 2} and {1, 3}. Expert 1
+    is in excess on GPU 0 and short on GPU 1, expert 2 the reverse: every swap toward the target
+    exchanges them, which reaches it."""
+    plan, target = np.array([[0, 1, 2, 3]]), np.array([[0, 2, 1, 3]])
+    w = ds.normalised(BURSTS.transpose(1, 0, 2), 2)
+    run = ds.MomentSearch(plan, w, ds.Shape(2, 1, "even"), None, 0.0, np.random.default_rng(0), target=target)
+    i, j, found = run._toward_target(np.array([0]), 20)
+    assert found.all()
+    assert {frozenset((int(plan[0, a]), int(plan[0, b]))) for a, b in zip(i[0], j[0], strict=True)} == {
+        frozenset((1, 2))
+    }
+    # a plan already at its target has nothing to move toward
+    at = ds.MomentSearch(
+        target, w, ds.Shape(2, 1, "even"), None, 0.0, np.random.default_rng(0), target=target
+    )
+    assert not at._toward_target(np.array([0]), 20)[2].any()

@@ -26,7 +26,9 @@ together end up apart, which EPLB, seeing only sums, cannot do).
 Moves, drawn on the same node (hierarchical plans keep EPLB's node packing): swap the experts of
 two slots on different GPUs, or give a slot of an expert with a spare replica to the expert of
 another slot. Each iteration draws `CANDIDATES` moves per layer aimed at the GPUs that carry
-the steps' peaks, scores them all at once from the two experts they touch (incremental: the
+the steps' peaks, and `GUIDED` × as many swaps toward the covariance-aware packing (each takes
+an expert from a GPU that holds more of it than the packing to one that holds fewer), scores
+them all at once from the two experts they touch (incremental: the
 loads or cut sums of the rest stay), and applies each layer's best if it lowers the layer's
 objective: score + `move_cost` × experts moved relative to `previous` (an expert moved is a
 replica on a GPU that did not hold it); `even` then applies up to `EXTRA_MOVES` more of the
@@ -52,6 +54,10 @@ LSE = True
 # steps after its history, which resemble the recent ones most (chosen on GPT-OSS windows 1-32
 # among None, 128, 64 and 32)
 HALF_LIFE: float | None = 64.0
+# further candidates per layer and iteration, as a share of CANDIDATES: swaps toward the
+# covariance-aware packing (`target`), so that a search from the map in service can take the part
+# of a re-pack that pays for its moves (0.5 chosen on GPT-OSS windows 1-32 among 0, 0.25, 0.5)
+GUIDED = 0.5
 EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
@@ -213,6 +219,7 @@ class Search:
         rng: np.random.Generator,
         pools: list[np.ndarray] | None = None,
         significance: float | None = None,
+        target: np.ndarray | None = None,
     ):
         self.slots = slots.copy()
         self.shape, self.rng = shape, rng
@@ -221,6 +228,7 @@ class Search:
         self.per_gpu = slots.shape[1] // shape.gpus
         self.per_node = slots.shape[1] // shape.nodes
         self.n = replica_counts(self.slots, self.experts, shape.gpus)
+        self.target_n = None if target is None else replica_counts(target, self.experts, shape.gpus)
         self.prev = prev  # [layers, E, G] or None
         self.move_cost = move_cost
         self.significance = SIGNIFICANCE if significance is None else significance
@@ -301,12 +309,19 @@ class Search:
         gi = np.minimum(gi, gpus - 1)
         i = gi * self.per_gpu + rng.integers(self.per_gpu, size=(b, k))
         j = (i // self.per_node) * self.per_node + rng.integers(self.per_node, size=(b, k))
-        gj = j // self.per_gpu
+        swap = rng.random((b, k)) < 0.5
+        found = np.ones((b, k), dtype=bool)
+        if self.target_n is not None and GUIDED:
+            ig, jg, has = self._toward_target(active, max(1, int(k * GUIDED)))
+            i, j = np.concatenate([i, ig], axis=1), np.concatenate([j, jg], axis=1)
+            swap = np.concatenate([swap, np.ones(ig.shape, dtype=bool)], axis=1)
+            found = np.concatenate([found, has], axis=1)
+            k = i.shape[1]
+        gi, gj = i // self.per_gpu, j // self.per_gpu
         rows = active[:, None]
         e, f = self.slots[rows, i], self.slots[rows, j]
-        swap = rng.random((b, k)) < 0.5
         count_e = self.n[rows, e].sum(axis=-1)
-        valid = (e != f) & np.where(swap, gi != gj, count_e >= 2)
+        valid = found & (e != f) & np.where(swap, gi != gj, count_e >= 2)
         na, nb = self.n[rows, e].copy(), self.n[rows, f].copy()
         bi, ki = np.meshgrid(np.arange(b), np.arange(k), indexing="ij")
         na[bi, ki, gi] -= 1
@@ -314,6 +329,32 @@ class Search:
         na[bi, ki, gj] += swap
         nb[bi, ki, gj] -= swap
         return _Candidates(active, e, f, gi, gj, swap, i, j, na, nb, valid)
+
+    def _toward_target(self, active: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([B, k] slot i, [B, k] slot j, [B, k] whether found) of swaps that bring the plan closer
+        to the target: i holds an expert its GPU has more replicas of than the target gives it, j
+        is on a GPU of the same node to which the target gives that expert more (a slot there that
+        is itself in excess preferred)."""
+        b, gpus, rng = active.size, self.shape.gpus, self.rng
+        assert self.target_n is not None
+        slots_n = self.slots.shape[1]
+        slot_gpu = np.arange(slots_n) // self.per_gpu
+        rows = active[:, None]
+        held = self.slots[active]  # [B, slots]
+        excess = self.n[rows, held, slot_gpu] > self.target_n[rows, held, slot_gpu]  # [B, slots]
+        keys = rng.random((b, k, slots_n)) * excess[:, None, :]
+        i = keys.argmax(axis=2)
+        has = keys.max(axis=2) > 0
+        e = held[np.arange(b)[:, None], i]  # [B, k]
+        short = self.target_n[rows, e] > self.n[rows, e]  # [B, k, G]
+        node = np.arange(gpus) // (self.per_node // self.per_gpu)
+        short &= node[None, None, :] == node[i // self.per_gpu][..., None]
+        keys = rng.random((b, k, gpus)) * short
+        gj = keys.argmax(axis=2)
+        has &= keys.max(axis=2) > 0
+        on_gj = gj[..., None] * self.per_gpu + np.arange(self.per_gpu)  # [B, k, per_gpu]
+        pick = (rng.random(on_gj.shape) + excess[np.arange(b)[:, None, None], on_gj]).argmax(axis=2)
+        return i, np.take_along_axis(on_gj, pick[..., None], axis=2)[..., 0], has
 
     def _peak_shares(self, active: np.ndarray) -> np.ndarray:
         """[B, G] how often each GPU carries a step's peak (even) or is in its bottleneck (lp)."""

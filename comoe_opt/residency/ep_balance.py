@@ -177,7 +177,7 @@ def rebalance_experts(
         start = _best_start(starts, w, shape, prev_n, move_cost, moments)
         deadline = began + budget
         plan, stopped = _search(
-            start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline, moments
+            start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline, moments, packed
         )
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
@@ -266,15 +266,18 @@ def _search(
     cap: int | None,
     expired: Callable[[], bool],
     moments: search.Moments | None = None,
+    target: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool]:
     """(plan, whether the deadline cut the search short)."""
     rng = np.random.default_rng(seed)
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
         if shape.dispatch == "even":
-            run: search.Search = search.MomentSearch(start, w, shape, prev_n, move_cost, rng, moments=moments)
+            run: search.Search = search.MomentSearch(
+                start, w, shape, prev_n, move_cost, rng, moments=moments, target=target
+            )
         else:
-            run = search.Search(start, w, shape, prev_n, move_cost, rng)
+            run = search.Search(start, w, shape, prev_n, move_cost, rng, target=target)
         stopped = run.run(expired, iterations)
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
         if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
