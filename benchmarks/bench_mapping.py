@@ -156,7 +156,7 @@ def timing_row(scale: Scale, runs: int) -> dict:
         cold_us.append(1e6 * time_solves(flat, solve_min_cost_flow, cold=True))
         token_us.append(1e6 * time_solves(subset, solve_min_cost_flow_per_token, cold=False))
         agg_us.append(1e6 * time_solves(subset, solve_min_cost_flow, cold=True))
-    rounds = [solve_min_cost_flow(p).report["rounds"] for p in subset]
+    rounds = [solve_min_cost_flow(p).report.rounds for p in subset]
     return {
         "scale": scale.name,
         "problems": len(flat),

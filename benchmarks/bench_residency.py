@@ -75,8 +75,8 @@ def bench_case(name: str, path: Path, limit: float, gap: float, overrides: dict,
     exact = solve(problem, "exact", time_limit_s=limit, mip_gap=gap) if problem.scenarios else milp
     bound = max(milp.bound, exact.bound)
     times = [r.runtime_s for r in milp_runs]
-    builds = [r.report["build_s"] for r in milp_runs]
-    solver = [r.report["solver_s"] for r in milp_runs]
+    builds = [r.report.build_s for r in milp_runs]
+    solver = [r.report.solver_s for r in milp_runs]
     shape = f"{problem.layers} layers x {problem.experts} experts x {problem.chiplets} chiplets"
     lines = [
         f"## {name} ({shape}, window of {problem.batches} micro-batches)",
@@ -86,15 +86,15 @@ def bench_case(name: str, path: Path, limit: float, gap: float, overrides: dict,
         f" {problem.constant_ms:.6g} ms are every token's least NoP; target <= {100 * gap:g}% in"
         f" {limit:g} s); time median {statistics.median(times):.2f} s over {runs} runs (min {min(times):.2f},"
         f" max {max(times):.2f}); Pyomo build {statistics.median(builds):.2f} s; HiGHS incl. model"
-        f" hand-over {statistics.median(solver):.2f} s; placement from {milp.report['placement_from']}.",
+        f" hand-over {statistics.median(solver):.2f} s; placement from {milp.report.placement_from}.",
         "",
     ]
     if problem.scenarios:
         lines += [
             f"Exact: status **{exact.status.value}**, objective {exact.objective:.6g} ms, proven bound"
             f" {exact.bound:.6g} ms, gap **{100 * exact.gap:.4f}%**, time {exact.runtime_s:.1f} s;"
-            f" {exact.report.get('cut_rounds') or 0} rounds, {exact.report.get('cuts') or 0} cuts;"
-            f" placement from {exact.report['placement_from']}.",
+            f" {exact.report.cut_rounds or 0} rounds, {exact.report.cuts or 0} cuts;"
+            f" placement from {exact.report.placement_from}.",
             "",
         ]
     if problem.scenarios:
@@ -188,8 +188,8 @@ def bench_overrun() -> list[str]:
                 start = time.perf_counter()
                 r = solve(problem, method, time_limit_s=limit, mip_gap=1e-3)
                 wall = time.perf_counter() - start
-                phases = ", ".join(f"{k} {v:.2f}" for k, v in r.report["phases"].items())
-                stopped = "; ".join(r.report["stopped_by_time_limit"]) or "-"
+                phases = ", ".join(f"{k} {v:.2f}" for k, v in r.report.timing.phases.items())
+                stopped = "; ".join(r.report.timing.stopped_by_time_limit) or "-"
                 row = [name, method, f"{limit:g}", r.status.value, f"{wall:.2f}", f"{wall - limit:+.2f}",
                        phases, stopped]  # fmt: skip
                 lines.append("| " + " | ".join(row) + " |")

@@ -3,7 +3,7 @@
 A time limit is a promise about the whole solve, not about one solver call:
 the warm start, model builds, HiGHS, the local search and the cut rounds all
 draw on the same `Deadline`, which is passed down explicitly. It also keeps
-the time each phase took and what it skipped or cut short, for the report.
+the time each phase took and what it skipped or cut short, for the report (`timing`).
 
 The clock is injectable (default `time.perf_counter`), so that tests can
 drive a solve through its phases with a fake clock instead of waiting.
@@ -15,6 +15,8 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from comoe_opt.results import Timing
 
 Clock = Callable[[], float]
 
@@ -71,14 +73,14 @@ class Deadline:
         """Whether the deadline skipped or cut short anything."""
         return bool(self._log.notes)
 
-    def report(self) -> dict:
-        """The report fields every solve carries: limit, total, phase times, what the limit stopped."""
-        return {
-            "time_limit_s": self.limit_s if math.isfinite(self.limit_s) else None,  # JSON has no inf
-            "total_s": self.elapsed(),
-            "phases": self.phases,
-            "stopped_by_time_limit": self.notes,
-        }
+    def timing(self) -> Timing:
+        """What every solve reports: the limit, the time so far, phase times, what the limit stopped."""
+        return Timing(
+            time_limit_s=self.limit_s if math.isfinite(self.limit_s) else None,  # JSON has no inf
+            total_s=self.elapsed(),
+            phases=self.phases,
+            stopped_by_time_limit=tuple(self._log.notes),
+        )
 
 
 class _Log:

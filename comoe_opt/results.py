@@ -4,16 +4,29 @@
 own statuses onto it explicitly (no string matching at the call sites).
 A time-limited solve comes back as `TIME_LIMIT` with its incumbent and bound,
 never as `OPTIMAL`.
+
+A result's `report` is typed per method family (residency/report.py for the
+slow loop, mapping/report.py for the fast loop); every report has `to_dict()`,
+its JSON. `Timing`, what a deadline measured, is the piece they share.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-S = TypeVar("S")
+
+class SolveReport(Protocol):
+    """What a method reports beside its objective and bound; `to_dict()` is its JSON."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+S = TypeVar("S")  # the solution: a placement, a token mapping
+R = TypeVar("R", bound=SolveReport)  # the method family's report
 
 
 class Status(StrEnum):
@@ -50,15 +63,43 @@ def relative_gap(objective: float, bound: float, constant: float = 0.0) -> float
 
 
 @dataclass(frozen=True)
-class SolveResult(Generic[S]):
+class Timing:
+    """What a solve's deadline measured (deadline.py): the limit (None: none), the whole solve's
+    seconds, the seconds of each phase, and what the limit skipped or cut short."""
+
+    time_limit_s: float | None
+    total_s: float
+    phases: Mapping[str, float]
+    stopped_by_time_limit: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "time_limit_s": self.time_limit_s,
+            "total_s": self.total_s,
+            "phases": dict(self.phases),
+            "stopped_by_time_limit": list(self.stopped_by_time_limit),
+        }
+
+
+@dataclass(frozen=True)
+class NoReport:
+    """The report of a result that has nothing to add (e.g. one built by hand)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True)
+class SolveResult(Generic[S, R]):
     """Status, objective, bound, gap and wall time of one method on one instance.
 
     `bound` is a proven lower bound on the optimum (minimisation); methods that
     prove nothing report `-inf`, and `gap` is then `inf`. `constant` is the
     part of the objective that no solution can change (e.g. the least
     possible NoP); `gap` is measured on the rest. `solution` is the method's
-    output (a placement, a token mapping); `report` holds solver-specific
-    details (node count, LP bound, term breakdown).
+    output (a placement, a token mapping); `report` holds the details of the
+    method's family (residency/report.py, mapping/report.py: objective terms,
+    bounds by source, timing), keyword-only: every method says what it reports.
 
     A bound above the objective (beyond round-off) raises `BoundError`: it
     would be a wrong proof.
@@ -70,8 +111,8 @@ class SolveResult(Generic[S]):
     bound: float
     runtime_s: float
     solution: S | None = None
-    report: dict[str, Any] = field(default_factory=dict)
     constant: float = 0.0
+    report: R = field(kw_only=True)
 
     def __post_init__(self) -> None:
         if not (self.status.has_solution and math.isfinite(self.objective) and math.isfinite(self.bound)):
@@ -107,5 +148,5 @@ class SolveResult(Generic[S]):
             "gap": finite(self.gap),
             "constant": self.constant,
             "runtime_s": self.runtime_s,
-            "report": self.report,
+            "report": self.report.to_dict(),
         }

@@ -18,15 +18,15 @@ from conftest import make_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comoe_opt.mapping.placement import default_placement
 from comoe_opt.deadline import Deadline
+from comoe_opt.mapping.placement import default_placement
 from comoe_opt.residency.cuts import cut_model_applies, solve_with_cuts
 from comoe_opt.residency.heuristics import HEURISTICS, warm_starts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
 from comoe_opt.residency.solve import solve
-from comoe_opt.results import BoundError, SolveResult, Status, relative_gap
+from comoe_opt.results import BoundError, NoReport, SolveResult, Status, relative_gap
 
 TOL = 1e-6
 
@@ -67,10 +67,11 @@ def test_gap_is_signed_and_measured_on_what_a_placement_changes():
 
 
 def test_a_bound_above_a_feasible_objective_is_an_internal_error():
+    none = NoReport()
     with pytest.raises(BoundError, match="above the objective"):
-        SolveResult("x", Status.FEASIBLE, objective=1.0, bound=1.1, runtime_s=0.0)
-    SolveResult("x", Status.FEASIBLE, objective=1.0, bound=1.0 + 1e-9, runtime_s=0.0)  # round-off
-    SolveResult("x", Status.NO_SOLUTION, objective=float("inf"), bound=1.0, runtime_s=0.0)
+        SolveResult("x", Status.FEASIBLE, objective=1.0, bound=1.1, runtime_s=0.0, report=none)
+    SolveResult("x", Status.FEASIBLE, objective=1.0, bound=1 + 1e-9, runtime_s=0.0, report=none)  # round-off
+    SolveResult("x", Status.NO_SOLUTION, objective=float("inf"), bound=1.0, runtime_s=0.0, report=none)
 
 
 def test_constant_nop_is_left_out_of_the_gap():
@@ -122,7 +123,7 @@ def test_exact_sees_which_experts_share_a_chiplet():
         make_problem(miss=[[0, 0, 0]], work=[[4, 4, 4]], capacity=[2, 1], all_resident=True), work
     )
     milp = solve(p, "milp", mip_gap=0.0)
-    assert milp.report["replica_model_objective"] == pytest.approx(6.0)
+    assert milp.report.replica_model_objective == pytest.approx(6.0)
     assert milp.bound == pytest.approx(8.0)  # the full model's, on an instance this small
     exact = solve(p, "exact", mip_gap=0.0)
     assert exact.status is Status.OPTIMAL
@@ -256,7 +257,7 @@ def test_bound_below_optimum_below_every_method(p):
     assert results["full"].status is Status.OPTIMAL  # the exact model closes on tiny instances
     if cut_model_applies(p):
         assert results["exact"].status is Status.OPTIMAL  # row generation closes too
-        assert results["exact"].report["cut_rounds"] is None or results["exact"].report["cut_rounds"] >= 1
+        assert results["exact"].report.cut_rounds is None or results["exact"].report.cut_rounds >= 1
     for name in HEURISTICS:
         h = solve(p, name)
         if h.status.has_solution:

@@ -46,7 +46,7 @@ def _flow_max_load(counts: np.ndarray, resident: np.ndarray) -> int:
         resident=resident,
     )
     tokens = np.repeat(np.arange(experts), counts)[:, None]
-    return int(solve_min_cost_flow(MappingProblem(tokens, costs)).report["makespan_ticks"])
+    return int(solve_min_cost_flow(MappingProblem(tokens, costs)).report.makespan_ticks)
 
 
 @pytest.mark.parametrize("seed", range(12))

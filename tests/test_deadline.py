@@ -116,13 +116,14 @@ def test_deadline_counts_down_on_its_clock_and_shares_what_remains():
     assert deadline.phases == {"a": 4.0} and half.phases == {"a": 4.0}  # one log
     clock.advance(5.0)
     assert deadline.remaining() == 0.0 and deadline.expired()
-    report = deadline.report()
-    assert report["time_limit_s"] == 10.0 and report["total_s"] == 13.0
+    timing = deadline.timing()
+    assert timing.time_limit_s == 10.0 and timing.total_s == 13.0 and timing.phases == {"a": 4.0}
 
 
 def test_an_unlimited_deadline_reports_no_limit():
-    report = Deadline(math.inf, FakeClock()).report()
-    assert report["time_limit_s"] is None and report["stopped_by_time_limit"] == []
+    timing = Deadline(math.inf, FakeClock()).timing()
+    assert timing.time_limit_s is None and timing.stopped_by_time_limit == ()
+    assert timing.to_dict()["stopped_by_time_limit"] == []  # JSON: a list, and no infinity
 
 
 # ----------------------------------------------------- phases get what remains
@@ -134,8 +135,8 @@ def test_highs_gets_what_the_warm_start_left(monkeypatch, highs_limits):
     result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits and highs_limits[0] == pytest.approx(1.0)  # the replica MILP
     assert all(limit <= 1.0 + 1e-9 for limit in highs_limits)  # and any polish after it
-    assert result.report["phases"]["warm_start"] == pytest.approx(9.0)
-    assert result.report["time_limit_s"] == 10.0
+    assert result.report.timing.phases["warm_start"] == pytest.approx(9.0)
+    assert result.report.timing.time_limit_s == 10.0
     assert len(ran) > 1  # 9 of 10 s: the warm start went on after its first heuristic
 
 
@@ -150,8 +151,8 @@ def test_model_build_counts_against_the_deadline(monkeypatch, highs_limits):
     monkeypatch.setattr(solve_module, "build_replica_model", slow_build)
     result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits[0] == pytest.approx(7.0)
-    assert result.report["phases"]["model_build"] == pytest.approx(3.0)
-    assert result.report["build_s"] == pytest.approx(3.0)
+    assert result.report.timing.phases["model_build"] == pytest.approx(3.0)
+    assert result.report.build_s == pytest.approx(3.0)
 
 
 def test_an_expired_warm_start_is_returned_flagged_without_a_milp(monkeypatch, highs_limits):
@@ -162,12 +163,12 @@ def test_an_expired_warm_start_is_returned_flagged_without_a_milp(monkeypatch, h
     assert highs_limits == []  # HiGHS never started, not even for the LP bound
     assert result.status is Status.TIME_LIMIT
     assert result.solution is not None and not check_feasible(problem, result.solution)
-    assert len(ran) == 1 and result.report["warm_start"] == ran[0]
+    assert len(ran) == 1 and result.report.warm_start == ran[0]
     assert result.objective == pytest.approx(solve_module._heuristic(problem, ran[0]).objective)
     assert result.objective == pytest.approx(score(problem, result.solution).total)
     assert result.bound == -math.inf  # no bound, and the report says why
-    assert result.report["replica_model_bound_from"].startswith("none: the time limit passed")
-    notes = " | ".join(result.report["stopped_by_time_limit"])
+    assert result.report.replica_model_bound_from.startswith("none: the time limit passed")
+    notes = " | ".join(result.report.timing.stopped_by_time_limit)
     assert "warm start: stopped" in notes and "model_build and milp: skipped" in notes
     assert result.to_dict()["bound"] is None
 
@@ -185,8 +186,8 @@ def test_a_deadline_passed_during_the_hand_over_does_not_start_highs(monkeypatch
     result = solve(problem, "milp", deadline=Deadline(10.0, clock))
     assert highs_limits == []
     assert result.status is Status.TIME_LIMIT and result.solution is not None  # the warm start
-    assert result.report["replica_model_status"] == highs.NOT_STARTED
-    assert result.report["placement_from"].startswith("warm start")
+    assert result.report.replica_model_status == highs.NOT_STARTED
+    assert result.report.placement_from.startswith("warm start")
 
 
 def test_the_lp_bound_gets_what_remains(monkeypatch, highs_limits):
@@ -205,7 +206,7 @@ def test_the_lp_bound_gets_what_remains(monkeypatch, highs_limits):
     monkeypatch.setattr(solve_module, "solve_with_highs", stopped_first)
     result = solve(spread_problem(), "milp", mip_gap=0.0, deadline=Deadline(10.0, clock))
     assert highs_limits[0] == pytest.approx(4.0)
-    assert result.report["replica_model_bound_from"].startswith("LP relaxation")
+    assert result.report.replica_model_bound_from.startswith("LP relaxation")
     assert math.isfinite(result.bound) and result.bound <= result.objective + 1e-9
 
 
@@ -220,7 +221,7 @@ def test_the_full_method_gets_what_its_build_left(monkeypatch, highs_limits):
     monkeypatch.setattr(solve_module, "build_full_model", slow_build)
     result = solve(spread_problem(), "full", deadline=Deadline(10.0, clock))
     assert highs_limits == [pytest.approx(6.0)]
-    assert result.report["phases"]["full_model"] == pytest.approx(4.0)
+    assert result.report.timing.phases["full_model"] == pytest.approx(4.0)
 
 
 def test_a_polish_whose_build_would_not_fit_is_skipped(highs_limits):
@@ -311,9 +312,9 @@ def test_exact_ends_on_its_deadline_with_a_valid_bound(monkeypatch, highs_limits
     assert result.status is Status.TIME_LIMIT
     assert result.solution is not None and not check_feasible(problem, result.solution)
     assert result.bound <= result.objective + 1e-9
-    phases = result.report["phases"]
+    phases = result.report.timing.phases
     assert set(phases) >= {"warm_start", "model_build", "milp", "search", "cut_rounds", "longer_search"}
-    assert sum(phases.values()) <= result.report["total_s"] <= 2.1
+    assert sum(phases.values()) <= result.report.timing.total_s <= 2.1
     assert all(limit <= 2.0 for limit in highs_limits)
 
 
@@ -322,7 +323,7 @@ def test_a_generous_deadline_changes_nothing(highs_limits):
     plain = solve(problem, "milp", time_limit_s=60.0, mip_gap=0.0)
     faked = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
     assert plain.objective == pytest.approx(faked.objective) and plain.status == faked.status
-    assert plain.report["stopped_by_time_limit"] == [] and plain.status is Status.OPTIMAL
+    assert plain.report.timing.stopped_by_time_limit == () and plain.status is Status.OPTIMAL
 
 
 # ------------------------------------------------- planning passes limits on
@@ -346,8 +347,8 @@ def test_plan_window_starts_the_deadline_before_building_the_problem(monkeypatch
     batches = instance_batches(instance)
     plan = window.plan_window(instance, batches.window(0, 4), method="milp", time_limit_s=3.0)
     assert highs_limits and highs_limits[0] == pytest.approx(0.5)
-    assert plan.result.report["phases"]["problem"] == pytest.approx(2.5)
-    assert plan.result.report["time_limit_s"] == 3.0
+    assert plan.result.report.timing.phases["problem"] == pytest.approx(2.5)
+    assert plan.result.report.timing.time_limit_s == 3.0
 
 
 def test_rolling_and_gap_hand_each_window_its_time_limit(monkeypatch):

@@ -268,7 +268,7 @@ def test_a_milp_stopped_before_its_root_bound_reports_the_lp_bound(monkeypatch) 
     )
     result = solve(problem, "milp", time_limit_s=5, mip_gap=1e-6)
     assert np.isfinite(result.bound) and result.bound <= result.objective + 1e-9
-    assert result.report["replica_model_bound_from"].startswith("LP relaxation")
+    assert result.report.replica_model_bound_from.startswith("LP relaxation")
     lp = solve_module.solve_lp(problem)  # the full-model polish of a small instance may raise it further
     assert result.bound >= lp.bound - 1e-9 and np.isfinite(lp.bound)
 

@@ -36,7 +36,7 @@ def problem(ready, start, experts, tau=10, finish=0) -> MappingProblem:
 
 
 def optimum(p: MappingProblem) -> int:
-    return solve_exact(p).report["makespan_ticks"]
+    return solve_exact(p).report.makespan_ticks
 
 
 EXACT = [solve_min_cost_flow, solve_min_cost_flow_per_token, solve_exact, solve_exact_milp]
@@ -47,7 +47,7 @@ def test_one_expert_two_replicas_splits_evenly(method):
     p = problem([[0, 0]], 0, [[0]] * 4)  # 4 tokens, 10 ticks each, two replicas
     result = method(p)
     assert result.status is Status.OPTIMAL
-    assert result.report["makespan_ticks"] == 20
+    assert result.report.makespan_ticks == 20
     assert result.objective == pytest.approx(20e-9)
     assert np.bincount(result.solution.ravel(), minlength=2).tolist() == [2, 2]
 
@@ -56,28 +56,28 @@ def test_one_expert_two_replicas_splits_evenly(method):
 def test_backlog_shifts_tokens_to_the_idle_chiplet(method):
     # chiplet 0 is busy until 30: 1 token there (40), 4 on chiplet 1 (40)
     p = problem([[0, 0]], [30, 0], [[0]] * 5)
-    assert method(p).report["makespan_ticks"] == 40
+    assert method(p).report.makespan_ticks == 40
 
 
 @pytest.mark.parametrize("method", EXACT)
 def test_page_in_flight_waits_in_whole_slots(method):
     # expert 1's page lands on chiplet 1 at 25: its tokens take slots 3 and 4 -> done at 50
     p = problem([[0, NEVER], [NEVER, 25]], 0, [[0], [0], [0], [1], [1]])
-    assert method(p).report["makespan_ticks"] == 50
+    assert method(p).report.makespan_ticks == 50
 
 
 @pytest.mark.parametrize("method", EXACT)
 def test_start_and_return_latency_count(method):
     # dispatch 5 before the first slot, result back 3 after the last: 5 + 2 * 10 + 3
     p = problem([[0, 0]], 5, [[0]] * 4, finish=3)
-    assert method(p).report["makespan_ticks"] == 28
+    assert method(p).report.makespan_ticks == 28
 
 
 @pytest.mark.parametrize("method", EXACT)
 def test_ready_tokens_run_while_a_page_arrives(method):
     # chiplet 0 only: two ready tokens (slots 0, 1), one whose page lands at 50 (slot 5 -> 60)
     p = problem([[0], [50]], 0, [[0], [0], [1]])
-    assert method(p).report["makespan_ticks"] == 60
+    assert method(p).report.makespan_ticks == 60
 
 
 @pytest.mark.parametrize("method", EXACT)
@@ -85,23 +85,23 @@ def test_late_page_beats_a_long_queue(method):
     # chiplet 1 serves all 6 tokens by 60; chiplet 0 (start 4) gets expert 1 or 3 only
     # once the page lands at 35 (slot 4): one token there finishes at 54, five on chiplet 1 at 50
     p = problem([[0, NEVER], [35, 0], [NEVER, 0], [35, 0]], [4, 0], [[2], [1], [2], [3], [2], [3]])
-    assert method(p).report["makespan_ticks"] == 54
+    assert method(p).report.makespan_ticks == 54
 
 
 def test_flow_widens_its_window_when_the_bound_is_loose():
     p = problem([[0, NEVER], [35, 0], [NEVER, 0], [35, 0]], [4, 0], [[2], [1], [2], [3], [2], [3]])
     result = solve_min_cost_flow(p)
-    assert result.report["lower_bound_ticks"] == 30  # far below 54: the first window misses
-    assert result.report["rounds"] == 2
-    assert result.report["makespan_ticks"] == 54
+    assert result.report.lower_bound_ticks == 30  # far below 54: the first window misses
+    assert result.report.rounds == 2
+    assert result.report.makespan_ticks == 54
 
 
 def test_greedy_is_fooled_where_the_flow_is_not():
     # expert 0 on chiplets {0, 1}, expert 1 only on chiplet 0; tokens 0, 0, 1, 1
     p = problem([[0, 0], [0, NEVER]], 0, [[0], [0], [1], [1]])
     assert optimum(p) == 20
-    assert solve_min_cost_flow(p).report["makespan_ticks"] == 20
-    assert least_loaded(p).report["makespan_ticks"] == 30
+    assert solve_min_cost_flow(p).report.makespan_ticks == 20
+    assert least_loaded(p).report.makespan_ticks == 30
 
 
 def test_top_k_choices_are_kept_and_served_by_their_replicas():

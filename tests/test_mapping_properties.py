@@ -99,14 +99,14 @@ def test_flow_and_exact_match_brute_force(p):
         result = method(p)
         assert result.status is Status.OPTIMAL
         assert_valid(p, result.solution)
-        assert result.report["makespan_ticks"] == optimum
+        assert result.report.makespan_ticks == optimum
         assert simulate(p, result.solution) == optimum  # the library's makespan is the simulated one
         assert makespan_ticks(p.costs, p.experts, result.solution) == optimum
 
 
 @given(problems())
 def test_heuristics_valid_and_never_below_the_optimum(p):
-    optimum = solve_exact(p).report["makespan_ticks"]
+    optimum = solve_exact(p).report.makespan_ticks
     graph = costs_graph(p.costs)
     assert (
         lower_bound(graph, np.bincount(graph.group_of[p.experts.ravel()], minlength=graph.groups)) <= optimum
@@ -115,21 +115,21 @@ def test_heuristics_valid_and_never_below_the_optimum(p):
         result = method(p)
         assert result.status is Status.FEASIBLE, name
         assert_valid(p, result.solution)
-        assert result.report["makespan_ticks"] == simulate(p, result.solution) >= optimum
+        assert result.report.makespan_ticks == simulate(p, result.solution) >= optimum
 
 
 @given(problems())
 def test_flow_makespan_equals_the_exact_optimum(p):
-    assert solve_min_cost_flow(p).report["makespan_ticks"] == solve_exact(p).report["makespan_ticks"]
+    assert solve_min_cost_flow(p).report.makespan_ticks == solve_exact(p).report.makespan_ticks
 
 
 @given(problems(max_selections=8))
 def test_milp_agrees_and_its_lp_bound_is_a_bound(p):
-    optimum = solve_exact(p).report["makespan_ticks"]
+    optimum = solve_exact(p).report.makespan_ticks
     milp = solve_exact_milp(p)
     assert milp.status is Status.OPTIMAL
     assert_valid(p, milp.solution)
-    assert milp.report["makespan_ticks"] == optimum
+    assert milp.report.makespan_ticks == optimum
     assert lp_bound(p) <= optimum + 1e-6
 
 

@@ -56,7 +56,7 @@ def test_copy_cost_keeps_what_is_there():
     result = solve(p, "milp")
     assert result.objective == pytest.approx(6.0)
     assert result.solution.resident[0].tolist() == [[False, True], [False, False]]
-    assert result.report["pages_moved"] == 0
+    assert result.report.terms.pages_moved == 0
 
 
 def test_window_length_scales_per_batch_terms_not_copies():
@@ -65,7 +65,7 @@ def test_window_length_scales_per_batch_terms_not_copies():
     # now copying expert 1 pays: 3 * (1 + 0) + 10 = 13 < 3 * (1 + 5) = 18
     result = solve(p, "milp")
     assert result.objective == pytest.approx(13.0)
-    assert result.report["pages_moved"] == 1
+    assert result.report.terms.pages_moved == 1
 
 
 def test_tenant_quota_caps_pages():
@@ -284,7 +284,7 @@ def test_spare_pages_take_replicas_without_raising_the_objective():
     # room for 6 pages, 3 experts: the optimum needs 3; the spare ones replicate the burstiest expert
     p = problem(miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]])
     result = solve(p, "milp")
-    assert result.solution.pages > 3 and result.report.get("spare_replicas", 0) > 0
+    assert result.solution.pages > 3 and result.report.spare_replicas > 0
     assert result.solution.replicas()[0, 0] == 2  # the expert with the largest peak per replica
     assert not check_feasible(p, result.solution)
     base = Placement(np.array([[[True, False], [False, True], [True, False]]]))

@@ -23,6 +23,7 @@ from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.planning import plan_window
 from comoe_opt.residency import RESIDENCY_METHODS
+from comoe_opt.residency.report import FullModelReport, ModelReport
 from comoe_opt.trace import instance_batches
 
 Metrics = dict[str, Any]
@@ -46,25 +47,27 @@ def run_slow_loop(spec: RunSpec) -> Metrics:
     )
     result, problem = plan.result, plan.problem
     report, placement = result.report, result.solution
+    terms = report.terms
+    solver = report if isinstance(report, ModelReport | FullModelReport) else None
     return {
         "solver_status": result.status.value,
         "objective": _finite(result.objective),
         "bound": _finite(result.bound),
         "gap": _finite(result.gap),
         "runtime_s": result.runtime_s,
-        "build_s": report.get("build_s"),
-        "solver_s": report.get("solver_s"),
+        "build_s": None if solver is None else solver.build_s,
+        "solver_s": None if solver is None else solver.solver_s,
         "pages": None if placement is None else placement.pages,
         "distinct_experts": None if placement is None else placement.distinct,
         "replica_factor": None if placement is None else placement.replica_factor(),
         "extra_replica_ratio": None if placement is None else placement.extra_replica_ratio(),
-        "expected_balance": report.get("expected_balance"),
-        "pages_moved": report.get("pages_moved"),
-        "balance_ms": report.get("balance_ms"),
-        "miss_ms": report.get("miss_ms"),
-        "nop_ms": report.get("nop_ms"),
-        "migration_ms": report.get("migration_ms"),
-        "placement_from": report.get("placement_from"),
+        "expected_balance": None if terms is None else terms.expected_balance,
+        "pages_moved": None if terms is None else terms.pages_moved,
+        "balance_ms": None if terms is None else terms.balance_ms,
+        "miss_ms": None if terms is None else terms.miss_ms,
+        "nop_ms": None if terms is None else terms.nop_ms,
+        "migration_ms": None if terms is None else terms.migration_ms,
+        "placement_from": report.placement_from if isinstance(report, ModelReport) else None,
         "window_batches": part.batches,
         "layers": problem.layers,
         "experts": problem.experts,

@@ -13,7 +13,7 @@ from comoe_opt.formats import ModelLayers, export_placement, launch_flags, write
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.residency import Placement
-from comoe_opt.results import SolveResult
+from comoe_opt.residency.report import ModelReport, ResidencyResult
 from comoe_opt.stats.regime import batch_regime
 from comoe_opt.trace import load_batches
 from comoe_opt.trace.batching import MicroBatches
@@ -89,7 +89,7 @@ def _rolling(
     return {"instance": instance.name, "method": args.method, "windows": rows, "_text": "\n".join(lines)}
 
 
-def _result_dict(result: SolveResult[Placement]) -> dict[str, Any]:
+def _result_dict(result: ResidencyResult) -> dict[str, Any]:
     out = result.to_dict()
     placement = result.solution
     if placement is not None:
@@ -102,17 +102,17 @@ def _result_dict(result: SolveResult[Placement]) -> dict[str, Any]:
     return out
 
 
-def _format(instance: Instance, result: SolveResult[Placement], output: str | None, scenarios: int) -> str:
-    r = result.report
+def _format(instance: Instance, result: ResidencyResult, output: str | None, scenarios: int) -> str:
+    report, terms = result.report, result.report.terms
     lines = [f"{instance.name}: {result.summary()}"]
     placement = result.solution
-    if placement is not None:
+    if placement is not None and terms is not None:
         lines += [
-            f"  objective terms (ms over the window): balance {r['balance_ms']:.1f}, on-demand loads "
-            f"{r['miss_ms']:.1f}, NoP {r['nop_ms']:.1f}, copies {r['migration_ms']:.1f}",
+            f"  objective terms (ms over the window): balance {terms.balance_ms:.1f}, on-demand loads "
+            f"{terms.miss_ms:.1f}, NoP {terms.nop_ms:.1f}, copies {terms.migration_ms:.1f}",
             f"  pages {placement.pages} for {placement.distinct} distinct experts: replica factor "
             f"{placement.replica_factor():.3f} (extra/distinct {placement.extra_replica_ratio():.3f})",
-            f"  expected balance {r['expected_balance']:.4f}, pages moved {r['pages_moved']}",
+            f"  expected balance {terms.expected_balance:.4f}, pages moved {terms.pages_moved}",
         ]
     if math.isfinite(result.bound) and result.constant:
         lines.append(
@@ -122,15 +122,16 @@ def _format(instance: Instance, result: SolveResult[Placement], output: str | No
     if scenarios:
         source = (
             "the exact scenario model (row generation)"
-            if r.get("cut_rounds")
+            if isinstance(report, ModelReport) and report.cut_rounds
             else "the replica-count relaxation with per-scenario cuts (--method exact proves more)"
         )
         lines.append(
             f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from {source}"
         )
-    if r.get("stopped_by_time_limit"):
-        cut = "; ".join(r["stopped_by_time_limit"])
-        lines.append(f"  the time limit ({r['time_limit_s']:g} s) cut short: {cut}")
+    timing = report.timing
+    if timing.stopped_by_time_limit:
+        cut = "; ".join(timing.stopped_by_time_limit)
+        lines.append(f"  the time limit ({timing.time_limit_s:g} s) cut short: {cut}")
     if output:
         lines.append(f"  placement written to {output}")
     return "\n".join(lines)

@@ -17,10 +17,11 @@ import numpy as np
 from ortools.graph.python.max_flow import SimpleMaxFlow
 
 from comoe_opt.mapping.flow import OPEN, disaggregate, levels_makespan
-from comoe_opt.mapping.makespan import mapping_result
+from comoe_opt.mapping.makespan import mapping_result, no_mapping
 from comoe_opt.mapping.network import LayerGraph, costs_graph, lower_bound
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.results import SolveResult, Status
+from comoe_opt.mapping.report import BisectionReport, MappingResult
+from comoe_opt.results import Status
 
 
 class _Oracle:
@@ -55,13 +56,13 @@ class _Oracle:
         return self.solver.flows(self.group_arcs)
 
 
-def solve_exact(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def solve_exact(problem: MappingProblem) -> MappingResult:
     """The minimum makespan and a mapping that attains it, proven by bisection."""
     began = time.perf_counter()
     graph = costs_graph(problem.costs)
     demand = np.bincount(graph.group_of[problem.experts.ravel()], minlength=graph.groups)
     if graph.stranded.size and demand[graph.stranded].any():
-        return SolveResult("exact", Status.INFEASIBLE, np.inf, -np.inf, time.perf_counter() - began)
+        return no_mapping("exact", Status.INFEASIBLE, problem, began)
     best = earliest_chiplet_flow(graph, demand)
     lo, hi = lower_bound(graph, demand) - 1, levels_makespan(graph, best)  # lo infeasible, hi feasible
     oracle = _Oracle(graph, demand)
@@ -73,7 +74,7 @@ def solve_exact(problem: MappingProblem) -> SolveResult[np.ndarray]:
         else:
             best, hi = flow, levels_makespan(graph, flow)  # <= mid: jump to the flow's own makespan
     assignment = disaggregate(problem.experts.ravel(), graph, best).reshape(problem.experts.shape)
-    report = {"max_flow_solves": oracle.solves}
+    report = BisectionReport(makespan_ticks=hi, tick_s=problem.costs.tick_s, max_flow_solves=oracle.solves)
     return mapping_result("exact", Status.OPTIMAL, problem, assignment, hi, hi, began, report)
 
 

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.graph.python.min_cost_flow import SimpleMinCostFlow
 
-from comoe_opt.mapping.makespan import mapping_result
+from comoe_opt.mapping.makespan import mapping_result, no_mapping
 from comoe_opt.mapping.network import LayerGraph, costs_graph, lower_bound, per_token_graph
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.results import SolveResult, Status
+from comoe_opt.mapping.report import FlowReport, MappingResult
+from comoe_opt.results import Status
 
 _STATUS = {
     SimpleMinCostFlow.OPTIMAL: Status.OPTIMAL,
@@ -126,7 +127,7 @@ def solve_network(net: FlowNetwork) -> tuple[Status, np.ndarray, int]:
     return status, flows, solver.optimal_cost()
 
 
-def solve_min_cost_flow(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def solve_min_cost_flow(problem: MappingProblem) -> MappingResult:
     """Map every selection to a chiplet by min-cost flow, aggregated by expert group.
 
     The flow's makespan is the minimum one (formulations/mapping.md §4).
@@ -134,7 +135,7 @@ def solve_min_cost_flow(problem: MappingProblem) -> SolveResult[np.ndarray]:
     return _solve(problem, costs_graph(problem.costs), problem.experts.ravel(), "min-cost-flow")
 
 
-def solve_min_cost_flow_per_token(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def solve_min_cost_flow_per_token(problem: MappingProblem) -> MappingResult:
     """The same flow with one supply node per selection (for measuring what aggregation saves)."""
     began = time.perf_counter()
     graph = per_token_graph(problem.costs, problem.experts)
@@ -143,11 +144,11 @@ def solve_min_cost_flow_per_token(problem: MappingProblem) -> SolveResult[np.nda
 
 def _solve(
     problem: MappingProblem, graph: LayerGraph, rows: np.ndarray, method: str, began: float | None = None
-) -> SolveResult[np.ndarray]:
+) -> MappingResult:
     began = time.perf_counter() if began is None else began
     demand = np.bincount(graph.group_of[rows], minlength=graph.groups)
     if graph.stranded.size and demand[graph.stranded].any():  # an expert no chiplet can serve
-        return SolveResult(method, Status.INFEASIBLE, np.inf, -np.inf, time.perf_counter() - began)
+        return no_mapping(method, Status.INFEASIBLE, problem, began)
     layer = costs_graph(problem.costs)
     layer_demand = demand
     if graph is not layer:  # the per-token graph: bound with the layer's groups
@@ -159,7 +160,7 @@ def _solve(
         net = build_network(graph, demand, lower, window)
         status, flows, cost = solve_network(net)
         if status is not Status.OPTIMAL:
-            return SolveResult(method, status, np.inf, -np.inf, time.perf_counter() - began)
+            return no_mapping(method, status, problem, began)
         group_flow = flows[: net.group_arcs]
         span = levels_makespan(graph, group_flow)
         if not flows[flows.size - net.arcs.overflow :].any():
@@ -167,7 +168,14 @@ def _solve(
         # the optimum may lie past the window; this flow's makespan bounds it: price every slot up to it
         window = span - lower
     assignment = disaggregate(rows, graph, group_flow).reshape(problem.experts.shape)
-    report = {"flow_cost": cost, "lower_bound_ticks": lower, "rounds": rounds, "arcs": net.arcs.tails.size}
+    report = FlowReport(
+        makespan_ticks=span,
+        tick_s=problem.costs.tick_s,
+        flow_cost=int(cost),
+        lower_bound_ticks=int(lower),
+        rounds=rounds,
+        arcs=int(net.arcs.tails.size),
+    )
     return mapping_result(method, Status.OPTIMAL, problem, assignment, span, span, began, report)
 
 

@@ -22,10 +22,10 @@ from comoe_opt.mapping.heuristics import HEURISTICS
 from comoe_opt.mapping.makespan import makespan_ticks, on_demand_loads, pair_counts
 from comoe_opt.mapping.placement import default_placement
 from comoe_opt.mapping.problem import LayerCosts, MappingProblem, layer_costs
-from comoe_opt.results import SolveResult
+from comoe_opt.mapping.report import MappingResult
 from comoe_opt.trace.batching import MicroBatches
 
-Method = Callable[[MappingProblem], SolveResult[np.ndarray]]
+Method = Callable[[MappingProblem], MappingResult]
 MAPPING_METHODS: dict[str, Method] = {"min-cost-flow": solve_min_cost_flow, **HEURISTICS}
 
 
@@ -62,14 +62,18 @@ def gap_samples(problems: Sequence[MappingProblem], methods: dict[str, Method] |
     rows = []
     for index, problem in enumerate(problems):
         exact = solve_exact(problem)
-        optimum = exact.report["makespan_ticks"]
+        optimum = exact.report.makespan_ticks
+        if optimum is None:
+            raise ValueError(f"sample {index}: {exact.status.value}, no mapping to compare with")
         rows.append(_row(index, "exact", problem, exact, optimum))
         for name, method in methods.items():
             rows.append(_row(index, name, problem, method(problem), optimum))
     return pd.DataFrame(rows)
 
 
-def _row(index: int, name: str, problem: MappingProblem, result: SolveResult, optimum: int) -> dict[str, Any]:
+def _row(
+    index: int, name: str, problem: MappingProblem, result: MappingResult, optimum: int
+) -> dict[str, Any]:
     if result.solution is None:
         return {"sample": index, "method": name, "status": result.status.value, "runtime_s": result.runtime_s}
     counts = pair_counts(problem.costs, problem.experts, result.solution)

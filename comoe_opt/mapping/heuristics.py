@@ -24,9 +24,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from comoe_opt.mapping.makespan import makespan_ticks, mapping_result
+from comoe_opt.mapping.makespan import makespan_ticks, mapping_result, no_mapping
 from comoe_opt.mapping.problem import MappingProblem
-from comoe_opt.results import SolveResult, Status
+from comoe_opt.mapping.report import MappingResult
+from comoe_opt.results import Status
 
 Heuristic = Callable[[MappingProblem, np.ndarray, np.ndarray], np.ndarray]
 
@@ -37,34 +38,34 @@ def candidates(problem: MappingProblem) -> tuple[np.ndarray, np.ndarray]:
     return np.argsort(~allowed, axis=1, kind="stable"), allowed.sum(axis=1)
 
 
-def _run(name: str, problem: MappingProblem, rule: Heuristic) -> SolveResult[np.ndarray]:
+def _run(name: str, problem: MappingProblem, rule: Heuristic) -> MappingResult:
     """Apply `rule(problem, cand, count) -> assignment` and score it with the common makespan."""
     began = time.perf_counter()
     cand, count = candidates(problem)
     if (count[problem.experts] == 0).any():  # an expert no chiplet can serve
-        return SolveResult(name, Status.INFEASIBLE, np.inf, -np.inf, time.perf_counter() - began)
+        return no_mapping(name, Status.INFEASIBLE, problem, began)
     assignment = rule(problem, cand, count).astype(np.int16)
     span = makespan_ticks(problem.costs, problem.experts, assignment)
     return mapping_result(name, Status.FEASIBLE, problem, assignment, span, -np.inf, began)
 
 
-def home(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def home(problem: MappingProblem) -> MappingResult:
     return _run("home", problem, _home)
 
 
-def round_robin(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def round_robin(problem: MappingProblem) -> MappingResult:
     return _run("round-robin", problem, _round_robin)
 
 
-def even_split(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def even_split(problem: MappingProblem) -> MappingResult:
     return _run("even-split", problem, _even_split)
 
 
-def least_loaded(problem: MappingProblem) -> SolveResult[np.ndarray]:
+def least_loaded(problem: MappingProblem) -> MappingResult:
     return _run("least-loaded", problem, _least_loaded)
 
 
-def power_of_two(problem: MappingProblem, seed: int = 0) -> SolveResult[np.ndarray]:
+def power_of_two(problem: MappingProblem, seed: int = 0) -> MappingResult:
     """Deterministic for a given `seed`."""
     return _run("power-of-two", problem, functools.partial(_power_of_two, seed=seed))
 
@@ -129,7 +130,7 @@ def _online(problem: MappingProblem, options: Callable[[int, int], list[int]]) -
     return np.array(out, dtype=np.int16).reshape(problem.experts.shape)
 
 
-HEURISTICS: dict[str, Callable[[MappingProblem], SolveResult[np.ndarray]]] = {
+HEURISTICS: dict[str, Callable[[MappingProblem], MappingResult]] = {
     "home": home,
     "round-robin": round_robin,
     "even-split": even_split,

@@ -1,5 +1,5 @@
 """The makespan of a token mapping: one definition, used by every method, and the
-`SolveResult` every mapping method returns (`mapping_result`).
+`SolveResult` every mapping method returns (`mapping_result`, `no_mapping`).
 
 Chiplet `c` serves its tokens one per `token_time[c]` in slots starting at
 `start[c]`; a token of expert `e` may use slot `j` only from `slots[e, c]`
@@ -15,11 +15,11 @@ chiplets that serve at least one token (formulations/mapping.md §2).
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import numpy as np
 
 from comoe_opt.mapping.problem import NEVER, LayerCosts, MappingProblem
+from comoe_opt.mapping.report import MappingReport, MappingResult
 from comoe_opt.results import SolveResult, Status
 
 
@@ -81,15 +81,17 @@ def mapping_result(
     makespan: int,
     bound: float,
     began: float,
-    report: dict[str, Any] | None = None,
-) -> SolveResult[np.ndarray]:
+    report: MappingReport | None = None,
+) -> MappingResult:
     """Objective and bound in seconds; the exact integers stay in the report.
 
     `assignment[s, r]` is the chiplet serving token `s`'s rank-`r` expert.
-    `bound` is in ticks (-inf when the method proves nothing).
+    `bound` is in ticks (-inf when the method proves nothing). `report` is the method's own
+    (its `makespan_ticks` is `makespan`); without one, a plain `MappingReport`.
     """
     tick = problem.costs.tick_s
-    full = {"makespan_ticks": makespan, "tick_s": tick, **(report or {})}
+    if report is None:
+        report = MappingReport(makespan_ticks=makespan, tick_s=tick)
     return SolveResult(
         method=method,
         status=status,
@@ -97,5 +99,11 @@ def mapping_result(
         bound=bound * tick if np.isfinite(bound) else -np.inf,
         runtime_s=time.perf_counter() - began,
         solution=assignment,
-        report=full,
+        report=report,
     )
+
+
+def no_mapping(method: str, status: Status, problem: MappingProblem, began: float) -> MappingResult:
+    """The result of a method that found no mapping (e.g. an expert no chiplet can serve)."""
+    report = MappingReport(makespan_ticks=None, tick_s=problem.costs.tick_s)
+    return SolveResult(method, status, np.inf, -np.inf, time.perf_counter() - began, report=report)

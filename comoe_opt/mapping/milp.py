@@ -17,6 +17,7 @@ integer; the solve asks for a zero relative gap.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -27,6 +28,7 @@ import pyomo.environ as pyo
 from comoe_opt.highs import solve_with_highs
 from comoe_opt.mapping.makespan import makespan_ticks, mapping_result
 from comoe_opt.mapping.problem import MappingProblem
+from comoe_opt.mapping.report import MappingResult, MilpReport
 from comoe_opt.results import SolveResult, Status
 
 
@@ -73,9 +75,7 @@ def _single_token_bound(problem: MappingProblem) -> float:
     return float(done.min(axis=1).max())
 
 
-def solve_exact_milp(
-    problem: MappingProblem, *, time_limit_s: float | None = None
-) -> SolveResult[np.ndarray]:
+def solve_exact_milp(problem: MappingProblem, *, time_limit_s: float | None = None) -> MappingResult:
     """Solve the MILP with HiGHS; the report carries the LP relaxation bound.
 
     Without a time limit (the default) the solve runs to proven optimality.
@@ -84,7 +84,9 @@ def solve_exact_milp(
     lp = lp_bound(problem)
     model = build_milp(problem)
     outcome = solve_with_highs(model, time_limit_s=time_limit_s, mip_gap=0.0)
-    report = {"lp_bound_ticks": lp, "termination": outcome.solver_status}
+    report = MilpReport(
+        makespan_ticks=None, tick_s=problem.costs.tick_s, lp_bound_ticks=lp, termination=outcome.solver_status
+    )
     if not math.isfinite(outcome.objective):
         return SolveResult(
             "milp", outcome.status, math.inf, -math.inf, time.perf_counter() - began, report=report
@@ -94,6 +96,7 @@ def solve_exact_milp(
     bound = max(outcome.bound, lp)
     if outcome.status is Status.OPTIMAL:
         bound = span  # the optimum is an integer and HiGHS closed the gap on it
+    report = dataclasses.replace(report, makespan_ticks=span)
     return mapping_result("milp", outcome.status, problem, assignment, span, bound, began, report)
 
 

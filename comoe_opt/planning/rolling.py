@@ -21,7 +21,7 @@ from comoe_opt.planning.window import Plan, plan_window
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS
-from comoe_opt.results import SolveResult
+from comoe_opt.residency.report import ResidencyResult
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
 
@@ -35,7 +35,7 @@ class WindowPlan:
     pages_moved: int
 
     @property
-    def result(self) -> SolveResult[Placement]:
+    def result(self) -> ResidencyResult:
         return self.plan.result
 
     @property

@@ -19,8 +19,8 @@ from comoe_opt.formats.counts import read_step_counts
 from comoe_opt.instance import Instance
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, ResidencyProblem, residency_problem
+from comoe_opt.residency.report import ResidencyResult
 from comoe_opt.residency.solve import solve
-from comoe_opt.results import SolveResult
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts, window_demand
 from comoe_opt.stats.transitions import TransitionGraph, window_graph
 from comoe_opt.trace.batching import MicroBatches
@@ -30,7 +30,7 @@ from comoe_opt.trace.batching import MicroBatches
 class Plan:
     """A solved window: the result, and the data it was planned on."""
 
-    result: SolveResult[Placement]
+    result: ResidencyResult
     problem: ResidencyProblem
     demand: WindowDemand
     graph: TransitionGraph | None  # None when the demand came from load counts

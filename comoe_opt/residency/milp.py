@@ -20,7 +20,6 @@ Reached through `residency.solve.solve`, which imports this module only for thes
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 
@@ -44,16 +43,17 @@ from comoe_opt.residency.models import (
     set_full_start,
     set_replica_counts,
 )
-from comoe_opt.residency.objective import check_feasible, score
+from comoe_opt.residency.objective import ObjectiveTerms, check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.refine import refine
+from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
 
 
 def solve_milp(
     problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
-) -> SolveResult[Placement]:
+) -> ResidencyResult:
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
     scenarios, then the exact scenario model (cuts.py) to the gap or the deadline.
 
@@ -102,29 +102,37 @@ def solve_milp(
         status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
     if best.placement is None:
         status = Status.NO_SOLUTION if status.has_solution else status
-    report = {
-        **best.terms,
-        "placement_from": best.source,
-        "warm_start": None if warm is None else warm.method,
-        "warm_start_objective": None if warm is None else warm.objective,
-        "replica_model_objective": outcome.objective + problem.constant_ms,
-        "replica_model_status": outcome.solver_status,
-        "replica_model_bound_from": bound_source,
-        "build_s": replica.build_s,
-        "solver_s": outcome.runtime_s,
-        "full_model_bound": None if polish is None else polish.bound,
-        "cut_rounds": None if cuts is None else cuts.rounds.rounds,
-        "cuts": None if cuts is None else cuts.rounds.cuts,
-        "cut_model_bound": None if cuts is None else cuts.bound,
-        "cut_model": _cut_model_note(problem, exact),
-        "class_bound": None if certificate is None else certificate.bound,
+    report = ModelReport(
+        terms=best.terms,
+        spare_replicas=best.spare_replicas,
+        placement_from=best.source,
+        warm_start=None if warm is None else warm.method,
+        warm_start_objective=None if warm is None else warm.objective,
+        replica_model_objective=outcome.objective + problem.constant_ms,
+        replica_model_status=outcome.solver_status,
+        replica_model_bound_from=bound_source,
+        build_s=replica.build_s,
+        solver_s=outcome.runtime_s,
+        full_model_bound=None if polish is None else polish.bound,
+        cut_rounds=None if cuts is None else cuts.rounds.rounds,
+        cuts=None if cuts is None else cuts.rounds.cuts,
+        cut_model_bound=None if cuts is None else cuts.bound,
+        cut_model=_cut_model_note(problem, exact),
+        class_bound=None if certificate is None else certificate.bound,
         # the class bound's dual certificate; check_bound.check_certificate recomputes it
-        "certificate": None if certificate is None else json.loads(certificate.to_json()),
-        **deadline.report(),
-    }
+        certificate=certificate,
+        timing=deadline.timing(),
+    )
     method = "exact" if exact else "milp"
     return SolveResult(
-        method, status, best.objective, bound, report["total_s"], best.placement, report, problem.constant_ms
+        method,
+        status,
+        best.objective,
+        bound,
+        report.timing.total_s,
+        best.placement,
+        problem.constant_ms,
+        report=report,
     )
 
 
@@ -140,7 +148,7 @@ class _ReplicaSolve:
 
 
 def _solve_replica_model(
-    problem: ResidencyProblem, warm: SolveResult[Placement] | None, deadline: Deadline, mip_gap: float
+    problem: ResidencyProblem, warm: ResidencyResult | None, deadline: Deadline, mip_gap: float
 ) -> _ReplicaSolve:
     if deadline.expired():
         deadline.skip("model_build and milp")
@@ -288,7 +296,7 @@ def _longer_searches(
 
 def _polish(
     problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float, seconds_per_row: float
-) -> SolveResult[Placement] | None:
+) -> ResidencyResult | None:
     """The full model's polish when its build and hand-over, foreseen at the replica model's
     pace per row, take at most `POLISH_BUILD_SHARE` of the time left (the pace varies on a busy
     machine, and HiGHS needs the rest); None when skipped."""
@@ -318,16 +326,20 @@ def _full_model_rows(problem: ResidencyProblem) -> int:
 
 
 class _Incumbent:
-    """The best placement found so far, with where it came from and its objective terms."""
+    """The best placement found so far, with where it came from, its objective terms and the
+    replicas the fill added to it on spare pages."""
 
-    def __init__(self, placement: Placement | None, objective: float, source: str, terms: dict):
+    def __init__(
+        self, placement: Placement | None, objective: float, source: str, terms: ObjectiveTerms | None
+    ):
         self.placement, self.objective, self.source, self.terms = placement, objective, source, terms
+        self.spare_replicas = 0
 
     @classmethod
-    def of(cls, result: SolveResult[Placement] | None) -> _Incumbent:
+    def of(cls, result: ResidencyResult | None) -> _Incumbent:
         if result is None:
-            return cls(None, math.inf, "none", {})
-        return cls(result.solution, result.objective, f"warm start ({result.method})", result.report)
+            return cls(None, math.inf, "none", None)
+        return cls(result.solution, result.objective, f"warm start ({result.method})", result.report.terms)
 
     def offer(self, problem: ResidencyProblem, placement: Placement, source: str) -> bool:
         """Keep `placement` if it is feasible and better; whether it was kept."""
@@ -335,12 +347,8 @@ class _Incumbent:
             return False
         scored = score(problem, placement)
         if scored.total < self.objective:
-            self.placement, self.objective, self.source, self.terms = (
-                placement,
-                scored.total,
-                source,
-                scored.to_dict(),
-            )
+            self.placement, self.objective, self.source, self.terms = placement, scored.total, source, scored
+            self.spare_replicas = 0
             return True
         return False
 
@@ -352,8 +360,8 @@ class _Incumbent:
         scored = score(problem, filled)
         if scored.total <= self.objective + 1e-9 * max(1.0, abs(self.objective)):
             spare = filled.pages - self.placement.pages
-            self.placement, self.objective = filled, scored.total
-            self.terms = {**scored.to_dict(), "spare_replicas": spare}
+            self.placement, self.objective, self.terms = filled, scored.total, scored
+            self.spare_replicas = spare
 
     def search(self, problem: ResidencyProblem, deadline: Deadline) -> None:
         """Local search on the scenarios from the best placement so far, or the previous one if better."""
@@ -420,7 +428,7 @@ def _small(problem: ResidencyProblem) -> bool:
 
 def _polish_with_full_model(
     problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float
-) -> SolveResult[Placement]:
+) -> ResidencyResult:
     """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
     # the full model need not close (with scenarios its LP bound is the mean load's); a node limit,
     # not the clock, ends it, so that `milp` gives the same placement on any machine
@@ -435,7 +443,7 @@ def _solve_full_model(
     deadline: Deadline,
     mip_gap: float,
     options: dict | None = None,
-) -> SolveResult[Placement]:
+) -> ResidencyResult:
     """Solve `build_full_model` (exact, scenarios included); objective and bound with the constant.
     The build counts against the deadline; HiGHS gets what remains after the hand-over."""
     t0 = time.perf_counter()
@@ -449,16 +457,20 @@ def _solve_full_model(
     _note_highs("full model", outcome, deadline)
     constant = problem.constant_ms
     bound = outcome.bound + constant
-    report = {
-        "solver_objective": outcome.objective + constant,
-        "solver_status": outcome.solver_status,
-        "build_s": build_s,
-        "solver_s": outcome.runtime_s,
-    }
+    report = FullModelReport(
+        terms=None,
+        solver_objective=outcome.objective + constant,
+        solver_status=outcome.solver_status,
+        build_s=build_s,
+        solver_s=outcome.runtime_s,
+        timing=deadline.timing(),
+    )
     placement = Placement(full_model_placement(model, problem)) if outcome.status.has_solution else None
     if placement is None or check_feasible(problem, placement):
         status = Status.NO_SOLUTION if outcome.status.has_solution else outcome.status
-        return SolveResult("full", status, math.inf, bound, time.perf_counter() - t0, None, report, constant)
+        return SolveResult(
+            "full", status, math.inf, bound, time.perf_counter() - t0, None, constant, report=report
+        )
     terms = score(problem, placement)
     bound = _tidy_bound(bound, terms.total)
     status = _status(outcome.status, terms.total, bound, mip_gap, constant)
@@ -469,8 +481,8 @@ def _solve_full_model(
         bound,
         time.perf_counter() - t0,
         placement,
-        {**terms.to_dict(), **report},
         constant,
+        report=dataclasses.replace(report, terms=terms),
     )
 
 
@@ -481,10 +493,10 @@ def _improver(problem: ResidencyProblem, deadline: Deadline):
     return lambda placement: refine(problem, placement, deadline=deadline)
 
 
-def _feasible_heuristics(problem: ResidencyProblem, deadline: Deadline) -> list[SolveResult[Placement]]:
+def _feasible_heuristics(problem: ResidencyProblem, deadline: Deadline) -> list[ResidencyResult]:
     """Every warm-start heuristic whose placement satisfies the problem (one that fails is skipped),
     until the deadline passes once one has a placement."""
-    found: list[SolveResult[Placement]] = []
+    found: list[ResidencyResult] = []
     names = warm_starts()
     for k, name in enumerate(names):
         if found and deadline.expired():
@@ -516,20 +528,22 @@ def _status(solver: Status, objective: float, bound: float, mip_gap: float, cons
     return Status.TIME_LIMIT if solver == Status.TIME_LIMIT else Status.FEASIBLE
 
 
-def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> SolveResult[Placement]:
+def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> ResidencyResult:
     """The plain x[l,e,c] model (exact, balance scenarios included); for small instances."""
     if deadline.expired():
         deadline.skip("full_model")
-        report = deadline.report()
-        return SolveResult("full", Status.TIME_LIMIT, math.inf, -math.inf, report["total_s"], None, report,
-                           problem.constant_ms)  # fmt: skip
+        skipped = FullModelReport(terms=None, solver_objective=math.inf, solver_status=NOT_STARTED,
+                                  build_s=0.0, solver_s=0.0, timing=deadline.timing())  # fmt: skip
+        return SolveResult("full", Status.TIME_LIMIT, math.inf, -math.inf, skipped.timing.total_s, None,
+                           problem.constant_ms, report=skipped)  # fmt: skip
     with deadline.phase("full_model"):
         result = _solve_full_model(problem, None, deadline=deadline, mip_gap=mip_gap)
-    report = {**result.report, **deadline.report()}
-    return dataclasses.replace(result, runtime_s=report["total_s"], report=report)
+    timing = deadline.timing()
+    report = dataclasses.replace(result.report, timing=timing)
+    return dataclasses.replace(result, runtime_s=timing.total_s, report=report)
 
 
-def solve_lp(problem: ResidencyProblem, deadline: Deadline | None = None) -> SolveResult[Placement]:
+def solve_lp(problem: ResidencyProblem, deadline: Deadline | None = None) -> ResidencyResult:
     """The LP relaxation of the replica-count model: its value is a bound only when solved to
     optimality (an LP stopped on time proves nothing)."""
     deadline = Deadline(math.inf) if deadline is None else deadline
@@ -537,20 +551,21 @@ def solve_lp(problem: ResidencyProblem, deadline: Deadline | None = None) -> Sol
         outcome = _lp_relaxation(problem, deadline)
     value = outcome.objective + problem.constant_ms
     solved = outcome.status is Status.OPTIMAL
-    report = {
-        "relaxation": "LP of the replica-count model",
-        "solver_status": outcome.solver_status,
-        **deadline.report(),
-    }
+    report = LPReport(
+        terms=None,
+        relaxation="LP of the replica-count model",
+        solver_status=outcome.solver_status,
+        timing=deadline.timing(),
+    )
     return SolveResult(
         "lp",
         outcome.status,
         value if solved else math.inf,
         value if solved else -math.inf,
-        report["total_s"],
+        report.timing.total_s,
         None,
-        report,
         problem.constant_ms,
+        report=report,
     )
 
 

@@ -1,4 +1,5 @@
-"""Solve a slow-loop window with any method; every method returns a `SolveResult`.
+"""Solve a slow-loop window with any method; every method returns a `SolveResult` whose report
+is its family's `ResidencyReport` (residency/report.py).
 
 * heuristics (`static`, `hot`, `eplb`, `greedy`, ...: residency/heuristics.py): a placement,
   scored by the exact objective; no bound (`no_solution` when it breaks a constraint).
@@ -14,9 +15,8 @@ from __future__ import annotations
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.heuristic_solve import solve_heuristic
 from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.results import SolveResult
+from comoe_opt.residency.report import ResidencyResult
 
 MODEL_METHODS = ("milp", "exact", "full", "lp")
 RESIDENCY_METHODS = (*MODEL_METHODS, *HEURISTICS)
@@ -31,7 +31,7 @@ def solve(
     time_limit_s: float = 10.0,
     mip_gap: float = 1e-3,
     deadline: Deadline | None = None,
-) -> SolveResult[Placement]:
+) -> ResidencyResult:
     """Solve with `method` within `time_limit_s`, or within `deadline` when given (one that started
     earlier, e.g. with building the problem); every phase draws on the same deadline."""
     deadline = Deadline(time_limit_s) if deadline is None else deadline
