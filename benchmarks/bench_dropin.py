@@ -73,6 +73,7 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
         "ours, lp": lambda h, prev: _ours(h, prev, "lp"),
         "ours, even, no previous": lambda h, prev: _ours(h, None, "even"),
         "ours, even, move cost 0.004": lambda h, prev: _ours(h, prev, "even", move_cost=0.004),
+        "ours, even, all steps alike": lambda h, prev: _uniform(h, prev),
     }
     if not with_engines:
         return plans, "engine ports not run (--no-engines)"
@@ -90,6 +91,15 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
 def _ours(history: np.ndarray, previous: np.ndarray | None, dispatch: str, **options: float) -> np.ndarray:
     args = (history.sum(axis=0), SLOTS, 1, 1, GPUS)
     return rebalance_experts(*args, history=history, previous=previous, dispatch=dispatch, **options)[0]
+
+
+def _uniform(history: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
+    """Ours with every history step weighted alike (no recency): the ablation of `HALF_LIFE`."""
+    kept, ds.HALF_LIFE = ds.HALF_LIFE, None
+    try:
+        return _ours(history, previous, "even")
+    finally:
+        ds.HALF_LIFE = kept
 
 
 def _engine(port: Callable[..., Any], per_step: bool, incremental: bool) -> Plan:
@@ -247,8 +257,10 @@ def targets(rows: list[Row], ratios: dict[str, float]) -> list[str]:
     lines = []
     for name in ("ours, even", "ours, even, no previous"):
         gain = 1 - p95(name, "even") / p95("EPLB", "even")
+        above = float((np.concatenate(by[name].even) > 0.97 * p95("EPLB", "even")).mean())
         lines.append(
-            f"- {name}: P95 even split {100 * gain:.1f}% below EPLB (target 3%): {mark(gain >= 0.03)}."
+            f"- {name}: P95 even split {100 * gain:.1f}% below EPLB (target 3%): {mark(gain >= 0.03)}"
+            f" ({100 * above:.2f}% of (step, layer) lie above 0.97 x EPLB's P95; 5% or fewer meets it)."
         )
     gain = 1 - p95("ours, lp", "best") / p95("EPLB", "best")
     lines.append(
@@ -270,12 +282,54 @@ def held_out(rows: list[Row], n: int) -> list[str]:
     return [
         f"## Held-out windows {HELD_OUT_FROM}-{n}",
         "",
-        "The search's constants (candidates per iteration, history cap, budget) were chosen on"
+        "The search's constants (candidates per iteration, extra moves, history cap, budget, the"
+        " history's half-life, the start's risk weight) were chosen on"
         f" windows 1-{HELD_OUT_FROM - 1}; these windows played no part.",
         "",
         *table(rows, HELD_OUT_FROM),
         "",
     ]
+
+
+# what was measured outside this script, with the same replay (the numbers are from those runs)
+NOTES = [
+    "## How the planner got here, and a second trace",
+    "",
+    "Before this version the `even` search minimised the expected peak over all history steps alike,"
+    " from EPLB's packing, and a call given `previous` spent much of its budget before searching."
+    " Each of the following was measured on this replay; the constants were chosen on windows 1-32"
+    " (mean per-step max/mean there, as the P95 moves in quanta of 1/64):",
+    "",
+    "- the tail instead of the mean: a CVaR of the per-step peaks (a pooled threshold and Gaussian GPU"
+    " loads, alpha 0.8, 0.9, 0.95) and the expected peak with the variance inflated 2x or 4x were all"
+    " worse on windows 1-32 than the expected peak (P95 there 1.391, 1.422, 1.563 for alpha 0.8, 0.9,"
+    " 0.95 against 1.375; 1.406 and 1.438 for the inflated variance against 1.391): the steps' tails"
+    " are estimated from 128 steps, and fitting them fits noise. Dropped.",
+    "- recency: steps weighted with a half-life of 32, 64 or 128 steps all beat equal weights on the"
+    " mean and the exceedance on windows 1-32; 64 kept (32 moved 25-30% more experts). The row"
+    " `all steps alike` above is the ablation.",
+    "- the start: EPLB packs by summed load, blind to experts that burst together. A covariance-aware"
+    " packing of EPLB's replicas (least mean + 1.5 standard deviations; 0, 0.674, 1, 1.5 and 2 tried)"
+    " reaches P95 1.3281 on its own, re-packing every window, in about 9 ms with EPLB's plan; it is"
+    " now a start beside EPLB's and the map in service.",
+    "- the search was cut short by its budget (it needs 3-5x the default to converge): shared"
+    " moments, one temperature per layer and draw, up to 3 re-scored extra moves per layer and draw,"
+    " 96 candidates and 48 swaps toward the covariance-aware packing. Converged (a 2 s budget), the"
+    " call with `previous` reaches P95 1.3281 with 71 moves per rebalance.",
+    "- moves: a greedy packing that prefers each expert's GPU in service, offered as a further start,"
+    " changed nothing (69-71 moves per rebalance); a first search from the map in service before"
+    " the start is chosen moved fewer (58) only at the balance a higher move cost gives (5.4-5.5% of"
+    " (step, layer) above the threshold; move cost 0.0025: 55 moves, 5.75%); the map in service as"
+    " the only start loses the first re-pack (P95 1.375-1.385). Not kept.",
+    "",
+    "No other recorded trace has per-step loads: OLMoE and Mixtral are per-domain aggregates of three"
+    " layers, Switch-128 per-layer counts. As a check of direction only, the same GPT-OSS tokens"
+    " batched 32 in flight (6,544 steps, 204 windows; quanta of 1/16) give: EPLB P95 1.5000; ours with"
+    " `previous` 1.4375 (-4.2%, 77 moves per rebalance, 0.117 of EPLB's) and 1.4375 with all steps"
+    " alike (65 moves); mean next-window max/mean on windows 33-204 1.2574 against 1.2584 alike and"
+    " 1.2789 for EPLB. Recency helps a little there too, and costs moves there too.",
+    "",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         " the engines' even split and with the best split (SGLang's `lp` dispatch). Moves are counted"
         " against the map each balancer itself had in service (the engines' initial layout at first).",
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
-        " previous=map in service, dispatch=...)` with its defaults (time budget 10x EPLB's own time"
+        " previous=map in service, dispatch=...)` with its defaults (time budget 15x EPLB's own time"
         " for `even`, 300x for `lp`; move cost 0.002 per expert).",
         "",
         "## Targets (all windows)",
@@ -315,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         *table(rows, 1),
         "",
         *held_out(rows, n),
+        *NOTES,
         "## Planning time, side by side",
         "",
         "Each input timed three times back to back in one run (median); upstream is DeepSeek's"

@@ -500,21 +500,16 @@ class Search:
 class MomentSearch(Search):
     """`even` dispatch scored on the steps' moments instead of the steps themselves.
 
-    A GPU's load under the even split is linear in the experts' loads, so its mean over the
-    steps and its variance (with every covariance between experts: experts that burst together
-    should not share a GPU) follow from the experts' means and covariances. The score is the
+    A GPU's load under the even split is linear in the experts' loads, so its (recency-weighted)
+    mean over the steps and its variance (with every covariance between experts: experts that
+    burst together should not share a GPU) follow from the experts' means and covariances. The score is the
     expected peak, the mean over `DRAWS` fixed standard normal draws z of max_g (mean_g + sd_g
     z_g): a smooth function of the plan that the steps' accidents move far less than the mean
     of their peaks, which is what a plan should be judged by on the steps that come next. A
     move touches two experts, so its score costs O(GPUs x DRAWS), whatever the history's length.
     """
 
-    def __init__(
-        self,
-        *args: object,
-        moments: Moments | None = None,
-        **kwargs: object,
-    ):
+    def __init__(self, *args: object, moments: Moments | None = None, **kwargs: object):
         kwargs["significance"] = 0.0  # the score is smooth: no step-noise penalty
         self.moments = moments
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
@@ -669,11 +664,8 @@ class Moments:
     mean load [L, E], its deviations from it [L, E, S] and their variance [L, E]."""
 
     mean: np.ndarray
-    dev: np.ndarray
+    dev: np.ndarray  # scaled by sqrt(steps x weight), so that their plain means over steps are weighted
     var_w: np.ndarray
-
-    def rows(self, layers: np.ndarray) -> Moments:
-        return Moments(self.mean[layers], self.dev[layers], self.var_w[layers])
 
 
 def step_moments(w: np.ndarray) -> Moments:
@@ -688,6 +680,8 @@ def step_moments(w: np.ndarray) -> Moments:
 
 
 def step_weights(steps: int) -> np.ndarray:
+    """[steps] weights summing to 1, oldest step first, halving every `HALF_LIFE` steps back from
+    the newest (all alike when `HALF_LIFE` is None)."""
     if HALF_LIFE is None or steps <= 1:
         return np.full(steps, 1.0 / max(steps, 1))
     p = 0.5 ** ((steps - 1 - np.arange(steps)) / HALF_LIFE)
