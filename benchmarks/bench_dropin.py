@@ -318,7 +318,8 @@ NOTES = [
     " call with `previous` reaches P95 1.3281 with 71 moves per rebalance.",
     "- moves: a greedy packing that prefers each expert's GPU in service, offered as a further start,"
     " changed nothing (69-71 moves per rebalance); a first search from the map in service before"
-    " the start is chosen moved fewer (58) only at the balance a higher move cost gives (5.4-5.5% of"
+    " the start is chosen, and a price of 0.5-2 standard errors on each move's first-order gain in"
+    " the GPUs' means, moved fewer (58-65) only at the balance a higher move cost gives (5.2-5.5% of"
     " (step, layer) above the threshold; move cost 0.0025: 55 moves, 5.75%); the map in service as"
     " the only start loses the first re-pack (P95 1.375-1.385). Not kept.",
     "",
