@@ -236,6 +236,26 @@ def tiny_problems(draw):
     return p
 
 
+@settings(max_examples=40)
+@given(tiny_problems())
+def test_search_annealing_and_class_bound_keep_the_promise(p):
+    """With the search and the annealing on (and so the class bound, with scenarios), `milp` and
+    `exact` still bracket the brute-force optimum, `exact` is never worse than `milp`, and an
+    `optimal` is optimal."""
+    p = dataclasses.replace(p, search_moves=30, anneal_proposals=60)
+    optimum, _ = brute_force(p)
+    scale = max(1.0, abs(optimum))
+    results = {m: solve(p, m, mip_gap=0.0) for m in ("milp", "exact")}
+    for name, r in results.items():
+        assert r.bound <= optimum + TOL * scale, name
+        assert r.objective >= optimum - TOL * scale, name
+        if r.status is Status.OPTIMAL:
+            assert r.objective <= optimum + TOL * scale, name
+        if r.report.certificate is not None:
+            assert r.report.certificate.bound <= optimum + TOL * scale, name
+    assert results["exact"].objective <= results["milp"].objective + TOL * scale
+
+
 @settings(max_examples=120)
 @given(tiny_problems())
 def test_bound_below_optimum_below_every_method(p):
@@ -255,6 +275,8 @@ def test_bound_below_optimum_below_every_method(p):
         if r.status is Status.OPTIMAL:
             assert r.objective <= optimum + TOL * scale, f"{name} says optimal"
     assert results["full"].status is Status.OPTIMAL  # the exact model closes on tiny instances
+    # exact runs milp's steps first: never worse
+    assert results["exact"].objective <= results["milp"].objective + TOL * scale
     if cut_model_applies(p):
         assert results["exact"].status is Status.OPTIMAL  # row generation closes too
         assert results["exact"].report.cut_rounds is None or results["exact"].report.cut_rounds >= 1
