@@ -79,12 +79,17 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     n = window.batches
     e = window.num_experts
     layers = window.layers
-    flat = experts.reshape(-1, layers, window.top_k)
-    offsets = (np.arange(layers) * e)[None, :, None]
-    counts = np.bincount((flat.astype(np.int64) + offsets).ravel(), minlength=layers * e).reshape(layers, e)
     used = used_mask(experts, e)
-    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * e
-    per_batch = np.bincount((keys + experts).ravel(), minlength=n * layers * e).reshape(n, layers, e)
+    # one bincount over (micro-batch, layer, expert) keys, int32 where they fit (memory-bound)
+    key_type = np.int32 if n * layers * e < 2**31 else np.int64
+    keys = (
+        np.arange(n, dtype=key_type)[:, None, None, None] * layers
+        + np.arange(layers, dtype=key_type)[None, None, :, None]
+    ) * e
+    per_batch = np.bincount((keys + experts.astype(key_type)).ravel(), minlength=n * layers * e).reshape(
+        n, layers, e
+    )
+    counts = per_batch.sum(axis=0)
     if graph is None:
         graph = window_graph(window, policy)
     hit = prefetched(used, prefetch_targets(graph, policy)) & used

