@@ -15,7 +15,8 @@ bound of scaled or perturbed duals may lie.
         --scenarios 32 --windows 0 --output /tmp/paper-certificate.md
     .venv/bin/python benchmarks/bench_certificate.py --check DIR/gptoss-13.json --windows 13
 
-(`--check` recomputes a saved certificate for one window: no solver runs.)
+(`--check` recomputes a saved certificate, or the one in `comoe-opt solve --json`'s output, for one
+window: no solver runs.)
 """
 
 from __future__ import annotations
@@ -152,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is not None:
         if len(args.windows) != 1:
             parser.error("--check needs exactly one --windows")
-        cert = BoundCertificate.from_json(args.check.read_text(encoding="utf-8"))
+        saved = json.loads(args.check.read_text(encoding="utf-8"))
+        if "report" in saved:  # `comoe-opt solve --json` output: the certificate is in its report
+            saved = saved["report"]["certificate"]
+        cert = BoundCertificate.from_json(json.dumps(saved))
         t = time.perf_counter()
         again = recompute(window_problem(args.instance, args.windows[0], overrides), cert)
         value, seconds = again.bound, time.perf_counter() - t
