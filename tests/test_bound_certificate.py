@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -264,3 +265,23 @@ def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, 
     recomputed = check_certificate(problem, BoundCertificate.from_json(json.dumps(cert)))
     assert recomputed == pytest.approx(cert["bound"], rel=1e-9)
     assert recomputed <= result["bound"] + 1e-9 and recomputed <= result["objective"] + 1e-9
+
+
+@settings(max_examples=15)
+@given(small_problems())
+def test_exact_lagrangian_at_the_certificates_prices_is_a_bound_above_the_lp(p):
+    """`exact`'s Lagrangian over layers takes its prices from the certificate's coupling duals
+    (HiGHS's ≤-row duals, ≤ 0): it must bound the brute-force optimum and, at the LP's own prices,
+    be at least the LP bound (a wrong sign would price pages as a reward and break one or the other)."""
+    from comoe_opt.deadline import Deadline
+    from comoe_opt.residency.milp import _Incumbent, _lagrangian_bound
+
+    best = optimum(p)
+    assume(np.isfinite(best))
+    scale = max(1.0, abs(best))
+    cert = certified(p)
+    incumbent = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
+    value = _lagrangian_bound(p, cert, incumbent, -math.inf, Deadline(math.inf), 0.0)
+    assert value is not None
+    assert value <= best + TOL * scale
+    assert value >= cert.bound - TOL * scale

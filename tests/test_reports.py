@@ -25,7 +25,7 @@ TIMING = {"time_limit_s", "total_s", "phases", "stopped_by_time_limit"}
 MODEL = {
     "spare_replicas", "placement_from", "warm_start", "warm_start_objective", "replica_model_objective",
     "replica_model_status", "replica_model_bound_from", "build_s", "solver_s", "full_model_bound",
-    "cut_rounds", "cuts", "cut_model_bound", "cut_model", "class_bound", "certificate",
+    "cut_rounds", "cuts", "cut_model_bound", "cut_model", "class_bound", "certificate", "lagrangian_bound",
 }  # fmt: skip
 FAMILIES = {
     "greedy": (HeuristicReport, TERMS | TIMING | {"violations"}),

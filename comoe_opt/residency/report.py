@@ -71,6 +71,7 @@ class ModelReport(ResidencyReport):
     cut_model: str | None  # `exact`: whether the cut model was built, and why not; None for `milp`
     class_bound: float | None  # the hop-class model's LP bound (decompose.py), None if not computed
     certificate: BoundCertificate | None  # ... and its dual certificate (check_bound.check_certificate)
+    lagrangian_bound: float | None = None  # `exact`: the class model's layers as MILPs at its LP's prices
 
 
 @dataclass(frozen=True, kw_only=True)
