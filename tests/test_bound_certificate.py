@@ -265,6 +265,13 @@ def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, 
     recomputed = check_certificate(problem, BoundCertificate.from_json(json.dumps(cert)))
     assert recomputed == pytest.approx(cert["bound"], rel=1e-9)
     assert recomputed <= result["bound"] + 1e-9 and recomputed <= result["objective"] + 1e-9
+    text = cli("solve", path, "--method", "milp", "--gap", "0")
+    named = [line for line in text.out.splitlines() if "bound from" in line]
+    report = result["report"]
+    if report["full_model_bound"] is not None and report["full_model_bound"] > cert["bound"]:
+        assert named and "the full model" in named[0]  # the polish proved more than the class LP
+    else:
+        assert named and "hop-class LP" in named[0]
 
 
 @settings(max_examples=15)

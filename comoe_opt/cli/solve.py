@@ -119,14 +119,10 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
             f"  gap on what a placement changes: {result.constant:.6g} of the objective is every token's "
             "least NoP, the same for every placement"
         )
-    if scenarios:
-        source = (
-            "the exact scenario model (row generation)"
-            if isinstance(report, ModelReport) and report.cut_rounds
-            else "the replica-count relaxation with per-scenario cuts (--method exact proves more)"
-        )
+    if scenarios and isinstance(report, ModelReport):
         lines.append(
-            f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from {source}"
+            f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from "
+            f"{_bound_source(report, result.bound)}"
         )
     timing = report.timing
     if timing.stopped_by_time_limit:
@@ -135,3 +131,17 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
     if output:
         lines.append(f"  placement written to {output}")
     return "\n".join(lines)
+
+
+def _bound_source(report: ModelReport, bound: float) -> str:
+    """Which of `milp`'s and `exact`'s bounds the reported one is (the largest, formulations/residency.md)."""
+    sources = [
+        (report.lagrangian_bound, "the Lagrangian over layers at the class LP's prices"),
+        (report.class_bound, "the hop-class LP (its certificate is in --json)"),
+        (report.cut_model_bound, "the exact scenario model (row generation)"),
+        (report.full_model_bound, "the full model"),
+    ]
+    for value, name in sources:
+        if value is not None and math.isclose(value, bound, rel_tol=1e-9, abs_tol=1e-12):
+            return name
+    return "the replica-count relaxation with per-scenario cuts"
