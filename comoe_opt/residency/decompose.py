@@ -133,6 +133,16 @@ class Prices:
     budget: float = 0.0  # ν per page
     quota: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [tenants] ρ_t per owned page
 
+    @classmethod
+    def of_duals(cls, coupling_duals: dict[str, list[float]]) -> Prices:
+        """The prices of a certificate's coupling duals (HiGHS's duals of ≤ rows in a minimisation,
+        ≤ 0; a wrong-signed one is taken as 0)."""
+
+        def flipped(key: str) -> np.ndarray:
+            return np.maximum(-np.asarray(coupling_duals[key], dtype=np.float64), 0.0)
+
+        return cls(flipped("class_pages"), float(flipped("budget").sum()), flipped("quota"))
+
     def constant(self, problem: ResidencyProblem, classes: DeviceClasses) -> float:
         """Σ_k μ_k M_k + ν B + Σ_t ρ_t Q_t: subtracted from the sum of the layers' optima."""
         quotas = np.array([t.max_pages for t in problem.tenants], dtype=np.float64)

@@ -27,6 +27,7 @@ import numpy as np
 import pyomo.environ as pyo
 
 from comoe_opt.deadline import Deadline
+from comoe_opt.errors import ComoeError
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
 from comoe_opt.residency.anneal import anneal
 from comoe_opt.residency.assign import assign_replicas
@@ -275,15 +276,9 @@ def _lagrangian_bound(
     if deadline.expired():
         deadline.skip("lagrangian")
         return None
-    from comoe_opt.errors import ComoeError
     from comoe_opt.residency.decompose import Prices, lagrangian_value
 
-    duals = certificate.coupling_duals  # ≤ rows of a minimisation: HiGHS's duals are ≤ 0
-    prices = Prices(
-        np.maximum(-np.asarray(duals["class_pages"], dtype=np.float64), 0.0),
-        max(-float(sum(duals["budget"])), 0.0),
-        np.maximum(-np.asarray(duals["quota"], dtype=np.float64), 0.0),
-    )
+    prices = Prices.of_duals(certificate.coupling_duals)
     stop_at = time.perf_counter() + LAGRANGIAN_SHARE * deadline.remaining()
     with deadline.phase("lagrangian"):
         try:
