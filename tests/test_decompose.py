@@ -321,3 +321,34 @@ def _some_placement(p: ResidencyProblem) -> Placement | None:
     except ComoeError:
         return None
     return r.placement
+
+
+@settings(max_examples=25)
+@given(small_problems(), st.integers(0, 3))
+def test_annealing_scores_kept_up_to_date_equal_a_fresh_score(p, seed):
+    """The annealing's incremental value (two rows of the cut enumeration per move, NoP, misses
+    and copies per expert) is the layer's objective computed afresh, after every move taken."""
+    from comoe_opt.residency.anneal import _Layer, _masks, _resident, _Scores
+
+    start = _some_placement(p)
+    assume(start is not None)
+    table = CutTable.for_speeds(related_speeds(p.scenario_work_ms))
+    rng = np.random.default_rng(seed)
+    for layer in range(p.layers):
+        lay = _Layer(p, table, start.resident[layer], layer, np.zeros(len(p.tenants), dtype=np.int64))
+        state = _Scores(lay, _masks(start.resident[layer]))
+        slots = [int(i) for i in np.flatnonzero(start.resident[layer])]
+        room = np.full(len(p.tenants), 10**6)
+        for _ in range(40 if slots else 0):
+            move = lay._propose(rng, state.masks, slots, room)
+            if move is None:
+                continue
+            a, new_a, b, new_b, moved = move
+            v = state.value_of(a, new_a, b, new_b)
+            state.take()
+            for i, slot in moved:
+                slots[i] = slot
+            fresh = lay.value(_resident(state.masks, p.chiplets))
+            assert v == pytest.approx(fresh, rel=1e-9, abs=1e-12)
+            assert state.value == pytest.approx(fresh, rel=1e-9, abs=1e-12)
+            assert sorted(slots) == list(np.flatnonzero(_resident(state.masks, p.chiplets)))

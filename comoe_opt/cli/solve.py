@@ -134,10 +134,11 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
 
 
 def _bound_source(report: ModelReport, bound: float) -> str:
-    """Which of `milp`'s and `exact`'s bounds the reported one is (the largest, formulations/residency.md)."""
+    """Which of `milp`'s and `exact`'s bounds the reported one is (the largest, formulations/residency.md);
+    on a tie the certified class LP."""
     sources = [
-        (report.lagrangian_bound, "the Lagrangian over layers at the class LP's prices"),
         (report.class_bound, "the hop-class LP (its certificate is in --json)"),
+        (report.lagrangian_bound, "the Lagrangian over layers at the class LP's prices"),
         (report.cut_model_bound, "the exact scenario model (row generation)"),
         (report.full_model_bound, "the full model"),
     ]

@@ -96,6 +96,12 @@ class _Pace:
 
 
 class _Layer:
+    """One layer's annealing on replica sets held as bit masks (bit c: a replica on chiplet c).
+
+    A move changes two experts' masks, so the work confined to each chiplet set changes by their
+    two rows of the enumeration only (`_Scores`); NoP, misses and copies are per-expert terms
+    looked up by mask."""
+
     def __init__(
         self, problem: ResidencyProblem, table: CutTable, resident: np.ndarray, layer: int, room: np.ndarray
     ):
@@ -103,61 +109,161 @@ class _Layer:
         self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
         self.resident = resident.copy()
         E, C = resident.shape
-        none = np.zeros((E, C), dtype=bool)
-        self.prev = problem.previous.resident[layer] if problem.previous is not None else none
-        self.lease = problem.leased[layer] if problem.leased is not None else none
+        self.chiplets = C
+        self.prev = _masks(problem.previous.resident[layer]) if problem.previous is not None else [0] * E
+        self.lease = _masks(problem.leased[layer]) if problem.leased is not None else [0] * E
         owns = [t.owns[layer] for t in problem.tenants]
         self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, E), dtype=np.int64)
 
     def value(self, resident: np.ndarray) -> float:
+        """The layer's share of the window objective, computed afresh."""
         p, layer = self.p, self.layer
         z = float(self.table.makespans(self.work @ self.table.inside(masks_of(resident))).mean())
         miss = float(p.miss_ms[layer][~resident.any(axis=1)].sum())
-        copies = int((resident & ~self.prev).sum())
+        copies = sum((m & ~q).bit_count() for m, q in zip(_masks(resident), self.prev, strict=True))
         return p.batches * (z + nearest_nop(p, resident, layer) + miss) + p.copy_ms * copies
+
+    def run(self, rng: np.random.Generator, proposals: int, temperature: float) -> np.ndarray:
+        """The best layout seen; `room` (the quotas' pages left) is updated to it."""
+        state = _Scores(self, _masks(self.resident))
+        slots = [int(i) for i in np.flatnonzero(self.resident)]  # replicas as e·C + c, row-major
+        room = self.room.copy()
+        best, best_value = list(state.masks), state.value
+        start_t = temperature * max(abs(state.value), 1e-12)
+        for k in range(proposals):
+            if not slots:
+                break
+            move = self._propose(rng, state.masks, slots, room)
+            if move is None:
+                continue
+            a, new_a, b, new_b, moved_slots = move
+            v = state.value_of(a, new_a, b, new_b)
+            t = start_t * (1 - k / proposals)
+            if v < state.value or (t > 0 and rng.random() < math.exp(-(v - state.value) / t)):
+                state.take()
+                for i, slot in moved_slots:
+                    slots[i] = slot
+                if len(moved_slots) == 1 and self.owner.shape[0]:  # a replace: b's tenants gain a page
+                    room -= self.owner[:, b] - self.owner[:, a]
+                if v < best_value - 1e-12 * max(1.0, abs(best_value)):
+                    best, best_value = list(state.masks), v
+        resident = _resident(best, self.chiplets)
+        self.room[:] = self.room - self.owned_pages(resident) + self.owned_pages(self.resident)
+        return resident
 
     def owned_pages(self, resident: np.ndarray) -> np.ndarray:
         """Pages of each tenant in this layer."""
         return self.owner @ resident.sum(axis=1)
 
-    def run(self, rng: np.random.Generator, proposals: int, temperature: float) -> np.ndarray:
-        """The best layout seen; `room` (the quotas' pages left) is updated to it."""
-        start = x = best = self.resident
-        base_room = self.room.copy()
-        current = best_value = self.value(x)
-        start_t = temperature * max(abs(current), 1e-12)
-        for k in range(proposals):
-            y = self._propose(rng, x, base_room - self.owned_pages(x) + self.owned_pages(start))
-            if y is None:
-                continue
-            v = self.value(y)
-            t = start_t * (1 - k / proposals)
-            if v < current or (t > 0 and rng.random() < math.exp(-(v - current) / t)):
-                x, current = y, v
-                if v < best_value - 1e-12 * max(1.0, abs(best_value)):
-                    best, best_value = x, v
-        self.room[:] = base_room - self.owned_pages(best) + self.owned_pages(start)
-        return best
-
-    def _propose(self, rng: np.random.Generator, x: np.ndarray, room: np.ndarray) -> np.ndarray | None:
-        """A swap or a replace of a random replica that keeps every constraint, or None."""
-        slots = np.argwhere(x)
-        if slots.shape[0] == 0:
-            return None
-        a, c = slots[rng.integers(slots.shape[0])]
-        y = x.copy()
+    def _propose(
+        self, rng: np.random.Generator, masks: list[int], slots: list[int], room: np.ndarray
+    ) -> tuple[int, int, int, int, tuple[tuple[int, int], ...]] | None:
+        """A swap or a replace of a random replica that keeps every constraint, as (a, a's new
+        mask, b, b's new mask, the slots it rewrites as (index, e·C + c)), or None."""
+        C = self.chiplets
+        i = int(rng.integers(len(slots)))
+        a, c = divmod(slots[i], C)
+        bit_c = 1 << c
         if rng.random() < 0.5:  # swap with another replica
-            b, d = slots[rng.integers(slots.shape[0])]
-            if a == b or c == d or x[a, d] or x[b, c] or self.lease[a, c] or self.lease[b, d]:
+            j = int(rng.integers(len(slots)))
+            b, d = divmod(slots[j], C)
+            bit_d = 1 << d
+            if a == b or c == d or masks[a] & bit_d or masks[b] & bit_c:
                 return None
-            y[a, c], y[b, d], y[a, d], y[b, c] = False, False, True, True
-            return y
-        b = int(rng.integers(x.shape[0]))  # replace a's replica on c by one of b
-        if b == a or x[b, c] or self.lease[a, c] or x[b].sum() + 1 > self.p.max_replicas:
+            if self.lease[a] & bit_c or self.lease[b] & bit_d:
+                return None
+            both = bit_c | bit_d
+            return a, masks[a] ^ both, b, masks[b] ^ both, ((i, a * C + d), (j, b * C + c))
+        b = int(rng.integers(len(masks)))  # replace a's replica on c by one of b
+        if b == a or masks[b] & bit_c or self.lease[a] & bit_c:
             return None
-        if self.p.all_resident and x[a].sum() < 2:
+        if masks[b].bit_count() + 1 > self.p.max_replicas:
             return None
-        if np.any(self.owner[:, b] - self.owner[:, a] > room):
+        if self.p.all_resident and masks[a].bit_count() < 2:
             return None
-        y[a, c], y[b, c] = False, True
-        return y
+        if self.owner.shape[0] and np.any(self.owner[:, b] - self.owner[:, a] > room):
+            return None
+        return a, masks[a] & ~bit_c, b, masks[b] | bit_c, ((i, b * C + c),)
+
+
+class _Scores:
+    """The value of a layer's masks, kept up to date as moves are taken. The work confined to
+    each chiplet set changes by the two moved experts' rows only; the rows of masks seen are
+    kept; NoP per token is looked up per mask. The sums are rebuilt from scratch every `RESYNC`
+    moves taken, so round-off cannot build up."""
+
+    RESYNC = 1000
+
+    def __init__(self, layer: _Layer, masks: list[int]):
+        self.layer = layer
+        p, l = layer.p, layer.layer
+        self.tokens, self.miss = p.tokens[l].tolist(), p.miss_ms[l].tolist()
+        self.least_nop = float(p.nop_ms_per_token.min())
+        self.nop_c = p.nop_ms_per_token
+        self.inverse_capacity = 1.0 / layer.table.capacity
+        self.rows: dict[int, np.ndarray] = {}
+        self.nops: dict[int, float] = {}
+        self.taken = 0
+        self._reset(masks)
+
+    def _reset(self, masks: list[int]) -> None:
+        self.masks = list(masks)
+        self.inside = np.stack([self._row(m) for m in self.masks])  # [E, sets], each over its capacity
+        self.confined = self.layer.work @ self.inside  # [S, sets]: the cut ratios
+        self.terms = [self._terms(e, m) for e, m in enumerate(self.masks)]
+        self.value = self._value(self.confined, math.fsum(self.terms))
+
+    def _row(self, mask: int) -> np.ndarray:
+        """1 / capacity of every chiplet set that holds the replica set `mask` (0 elsewhere)."""
+        row = self.rows.get(mask)
+        if row is None:
+            inside = self.layer.table.inside(np.array([mask], dtype=np.int64))[0]
+            row = self.rows[mask] = inside * self.inverse_capacity
+        return row
+
+    def _terms(self, e: int, mask: int) -> float:
+        """W · (NoP + miss) + κ · copies of expert e with replica set `mask`."""
+        p = self.layer.p
+        if mask:
+            nop = self.nops.get(mask)
+            if nop is None:
+                on = [c for c in range(self.layer.chiplets) if mask >> c & 1]
+                nop = self.nops[mask] = float(self.nop_c[on].min())
+            own = self.tokens[e] * nop
+        else:
+            own = self.tokens[e] * self.least_nop + self.miss[e]
+        return p.batches * own + p.copy_ms * (mask & ~self.layer.prev[e]).bit_count()
+
+    def _value(self, ratios: np.ndarray, other: float) -> float:
+        return self.layer.p.batches * float(ratios.max(axis=1).sum()) / ratios.shape[0] + other
+
+    def value_of(self, a: int, new_a: int, b: int, new_b: int) -> float:
+        """The value with a's and b's masks changed; `take` then applies it."""
+        rows = np.stack((self._row(new_a), self._row(new_b)))
+        confined = self.confined + self.layer.work[:, (a, b)] @ (rows - self.inside[(a, b),])
+        term_a, term_b = self._terms(a, new_a), self._terms(b, new_b)
+        other = math.fsum(self.terms) - self.terms[a] - self.terms[b] + term_a + term_b
+        self._pending = (a, new_a, term_a, b, new_b, term_b, rows, confined)
+        return self._value(confined, other)
+
+    def take(self) -> None:
+        """Apply the move `value_of` last scored."""
+        a, new_a, term_a, b, new_b, term_b, rows, confined = self._pending
+        self.masks[a], self.masks[b] = new_a, new_b
+        self.taken += 1
+        if self.taken % self.RESYNC == 0:
+            self._reset(self.masks)
+            return
+        self.inside[(a, b),] = rows
+        self.terms[a], self.terms[b] = term_a, term_b
+        self.confined = confined
+        self.value = self._value(confined, math.fsum(self.terms))
+
+
+def _masks(resident: np.ndarray) -> list[int]:
+    return [int(m) for m in masks_of(resident)]
+
+
+def _resident(masks: list[int], chiplets: int) -> np.ndarray:
+    bits = np.array(masks, dtype=np.int64)[:, None] >> np.arange(chiplets, dtype=np.int64)
+    return (bits & 1).astype(bool)

@@ -88,9 +88,11 @@ def solve_milp(
             outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     _anneal(problem, best, bound, deadline, mip_gap)
     cuts = lagrangian = None
-    if exact and cut_model_applies(problem):
-        lagrangian = _lagrangian_bound(problem, certificate, best, bound, deadline, mip_gap)
+    if cut_model_applies(problem):
+        share = LAGRANGIAN_SHARE if exact else MILP_LAGRANGIAN_SHARE
+        lagrangian = _lagrangian_bound(problem, certificate, best, bound, deadline, mip_gap, share)
         bound = max(bound, lagrangian if lagrangian is not None else -math.inf)
+    if exact and cut_model_applies(problem):
         if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
             cuts = _cut_rounds(problem, best, deadline, mip_gap, classes=certificate is not None)
             if cuts is not None:
@@ -265,12 +267,14 @@ def _lagrangian_bound(
     bound: float,
     deadline: Deadline,
     mip_gap: float,
+    share: float,
 ) -> float | None:
-    """`exact`: every layer's class model solved as a MILP at the class LP's prices of the pages,
-    budget and quotas that couple layers (the Lagrangian over layers, decompose.py), on at most
-    `LAGRANGIAN_SHARE` of the time left; a layer stopped short gives its dual bound. It is a bound
-    for any prices, at least the class LP's at these: it sees integrality within each layer (GPT-OSS
-    window 0: 26.64 against 26.27 ms, in about 3 s). None when skipped."""
+    """Every layer's class model solved as a MILP at the class LP's prices of the pages, budget
+    and quotas that couple layers (the Lagrangian over layers, decompose.py), on at most `share` of
+    the time left; a layer stopped short gives its dual bound. It is a bound for any prices, at
+    least the class LP's at these: it sees integrality within each layer (GPT-OSS window 0: 26.64
+    against 26.27 ms, in about 3 s). Only the bound depends on the time it gets, never the
+    placement. None when skipped."""
     if certificate is None or _gap(problem, best.objective, bound) <= mip_gap:
         return None
     if deadline.expired():
@@ -279,7 +283,7 @@ def _lagrangian_bound(
     from comoe_opt.residency.decompose import Prices, lagrangian_value
 
     prices = Prices.of_duals(certificate.coupling_duals)
-    stop_at = time.perf_counter() + LAGRANGIAN_SHARE * deadline.remaining()
+    stop_at = time.perf_counter() + share * deadline.remaining()
     with deadline.phase("lagrangian"):
         try:
             return lagrangian_value(problem, prices, stop_at=stop_at).bound
@@ -432,8 +436,11 @@ class _Incumbent:
 EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut model's rounds
 # ... and with the class bound, which on every GPT-OSS window measured and on the paper baseline
 # was at or above what 20-60 s of rounds proved (formulations/residency.md), the time goes to the search
-EXACT_PROOF_SHARE_BEHIND_CLASSES = 0.25
+EXACT_PROOF_SHARE_BEHIND_CLASSES = 0.1
 LAGRANGIAN_SHARE = 0.2  # `exact`: at most this share of the time left for the Lagrangian over layers
+# `milp` (the online budget) runs it last, after the annealing: half of what is left (GPT-OSS window 0,
+# 10 s: 26.63 against the class LP's 26.27 ms, gap 10.8% -> 9.3%; windows 13-91: about 0.5 s, no change)
+MILP_LAGRANGIAN_SHARE = 0.5
 EXACT_SEARCH_FACTOR = (
     10  # ... then longer searches of this many times policy.search_moves, while time is left
 )
