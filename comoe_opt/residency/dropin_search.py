@@ -23,18 +23,29 @@ service (`previous`), EPLB's packing, or `risk_pack`, EPLB's replicas packed aga
 first onto the GPU whose load's mean + `risk` standard deviations is least (experts that burst
 together end up apart, which EPLB, seeing only sums, cannot do).
 
-Moves, drawn on the same node (hierarchical plans keep EPLB's node packing): swap the experts of
-two slots on different GPUs, or give a slot of an expert with a spare replica to the expert of
-another slot. Each iteration draws `CANDIDATES` moves per layer aimed at the GPUs that carry
-the steps' peaks, and `GUIDED` × as many swaps toward the covariance-aware packing (each takes
-an expert from a GPU that holds more of it than the packing to one that holds fewer), scores
-them all at once from the two experts they touch (incremental: the
-loads or cut sums of the rest stay), and applies each layer's best if it lowers the layer's
-objective: score + `move_cost` × experts moved relative to `previous` (an expert moved is a
-replica on a GPU that did not hold it); `even` then applies up to `EXTRA_MOVES` more of the
-iteration's improving candidates per layer, each re-scored on the plan as it then is. A layer
-stops after `PATIENCE` iterations without an improving move; the search stops when every layer
-has, or at the deadline.
+Moves stay on one node (hierarchical plans keep EPLB's node packing): swap the experts of two
+slots on different GPUs, or give a slot of an expert with a spare replica to the expert of
+another slot. A move is kept only if it lowers the layer's objective: score + `move_cost` ×
+experts moved relative to `previous` (an expert moved is a replica on a GPU that did not hold
+it); moves are scored from the two experts they touch (incremental: the loads, moments or cut
+sums of the rest stay).
+
+* `even` (`MomentSearch.descend`): steepest descent. Each pass scores every move of every layer
+  (a swap from the two GPUs it changes, O(1) per move), applies each layer's best, then up to
+  `EXTRA_MOVES` more of the pass's improving moves that touch other experts, each re-scored on
+  the plan as it then is; a layer stops when no move improves it. The best moves come first, so
+  a search cut short by the deadline has made the ones worth most. Given `previous`, a move must
+  also lower the objective, before its price, on each of two halves of the steps (`half_moments`:
+  alternate blocks of `CROSS_BLOCK` steps, beyond most of the steps' autocorrelation): a move
+  that only one half asks for fits that half's accidents, and the steps after the plan will not
+  ask for it either.
+* `lp`: each iteration draws `CANDIDATES` moves per layer aimed at the GPUs in the steps'
+  bottlenecks, and `GUIDED` × as many swaps toward the covariance-aware packing (each takes an
+  expert from a GPU that holds more of it than the packing to one that holds fewer), scores them
+  all at once and applies each layer's best. A layer stops after `PATIENCE` iterations without
+  an improving move.
+
+The search stops when every layer has stopped, or at the deadline.
 """
 
 from __future__ import annotations
@@ -58,6 +69,13 @@ HALF_LIFE: float | None = 64.0
 # covariance-aware packing (`target`), so that a search from the map in service can take the part
 # of a re-pack that pays for its moves (0.5 chosen on GPT-OSS windows 1-32 among 0, 0.25, 0.5)
 GUIDED = 0.5
+# even, given `previous`: a move must also lower the objective (before its price) on each of two
+# halves of the steps, alternate blocks of this many (None: no such check). The steps' loads are
+# autocorrelated (GPT-OSS: 0.2 one step apart, 0.06 eight apart), so blocks keep the halves close
+# to independent; 1, 4, 8 and 16 were measured (benchmarks/results/dropin.md)
+CROSS_BLOCK: int | None = 8
+CROSS_TRIES = 8  # a layer's best improving moves checked on the halves per pass, best first
+CHUNK = 100_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
 EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
@@ -317,18 +335,41 @@ class Search:
             swap = np.concatenate([swap, np.ones(ig.shape, dtype=bool)], axis=1)
             found = np.concatenate([found, has], axis=1)
             k = i.shape[1]
+        return self._moves(active, i, j, swap, found)
+
+    def _moves(
+        self,
+        active: np.ndarray,
+        i: np.ndarray,
+        j: np.ndarray,
+        swap: np.ndarray,
+        found: np.ndarray,
+        counts: bool = True,
+    ) -> _Candidates:
+        """The moves [B, K] of slots i and j (swap, else i's expert becomes j's) in the layers;
+        without `counts`, the experts' replicas per GPU after each move are left to `_counted`."""
         gi, gj = i // self.per_gpu, j // self.per_gpu
         rows = active[:, None]
         e, f = self.slots[rows, i], self.slots[rows, j]
         count_e = self.n[rows, e].sum(axis=-1)
         valid = found & (e != f) & np.where(swap, gi != gj, count_e >= 2)
-        na, nb = self.n[rows, e].copy(), self.n[rows, f].copy()
+        none = np.zeros((*i.shape, 0), dtype=np.int64)
+        c = _Candidates(active, e, f, gi, gj, swap, i, j, none, none, valid)
+        return self._counted(c) if counts else c
+
+    def _counted(self, c: _Candidates) -> _Candidates:
+        """`c` with e's and f's replicas per GPU after each move (na, nb)."""
+        if c.na.shape[-1]:
+            return c
+        b, k = c.e.shape
+        rows = c.layer[:, None]
+        na, nb = self.n[rows, c.e], self.n[rows, c.f]  # fancy indexing: copies
         bi, ki = np.meshgrid(np.arange(b), np.arange(k), indexing="ij")
-        na[bi, ki, gi] -= 1
-        nb[bi, ki, gi] += 1
-        na[bi, ki, gj] += swap
-        nb[bi, ki, gj] -= swap
-        return _Candidates(active, e, f, gi, gj, swap, i, j, na, nb, valid)
+        na[bi, ki, c.gi] -= 1
+        nb[bi, ki, c.gi] += 1
+        na[bi, ki, c.gj] += c.swap
+        nb[bi, ki, c.gj] -= c.swap
+        return _Candidates(c.layer, c.e, c.f, c.gi, c.gj, c.swap, c.i, c.j, na, nb, c.valid)
 
     def _toward_target(self, active: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([B, k] slot i, [B, k] slot j, [B, k] whether found) of swaps that bring the plan closer
@@ -394,10 +435,15 @@ class Search:
         if self.prev is None:
             return np.zeros(c.e.shape)
         rows = c.layer[:, None]
-        pa, pb = self.prev[rows, c.e], self.prev[rows, c.f]
-        before = np.maximum(self.n[rows, c.e] - pa, 0).sum(-1) + np.maximum(self.n[rows, c.f] - pb, 0).sum(-1)
-        after = np.maximum(c.na - pa, 0).sum(-1) + np.maximum(c.nb - pb, 0).sum(-1)
-        return self.move_cost * (moved(self.n[c.layer], self.prev[c.layer])[:, None] + after - before)
+
+        def change(expert: np.ndarray, gpu: np.ndarray, step: int) -> np.ndarray:
+            held, kept = self.n[rows, expert, gpu], self.prev[rows, expert, gpu]
+            return np.maximum(held + step - kept, 0) - np.maximum(held - kept, 0)
+
+        # only e's and f's replicas on GPUs gi and gj change
+        delta = change(c.e, c.gi, -1) + change(c.f, c.gi, 1)
+        delta += np.where(c.swap, change(c.e, c.gj, 1) + change(c.f, c.gj, -1), 0)
+        return self.move_cost * (moved(self.n[c.layer], self.prev[c.layer])[:, None] + delta)
 
     def _pessimistic(self, spans: np.ndarray, layers: np.ndarray) -> np.ndarray:
         """[B, K] each candidate's mean per-step score plus `self.significance` standard errors of
@@ -482,6 +528,7 @@ class Search:
             if self.shape.dispatch == "lp" and self.enumerated:
                 for row in np.flatnonzero(better):
                     better[row] = self._exact_gain(c, int(row), int(best[row]))
+            better, best = self._confirmed(c, objective, current, better, best)
             self._apply_all(c, np.flatnonzero(better), best[better])
             self._more_moves(c, objective, current, better, best)
             idle[active] = np.where(better, 0, idle[active] + 1)
@@ -496,6 +543,39 @@ class Search:
     ) -> None:
         """MomentSearch applies more than one move per layer and iteration; this search does not."""
 
+    def neighbourhood_size(self) -> int:
+        """Moves `descend` scores per layer and pass (at most; some are not valid moves)."""
+        return int(self._neighbourhood(np.zeros(1, dtype=np.int64)).e.shape[1])
+
+    def _neighbourhood(self, layers: np.ndarray) -> _Candidates:
+        """Every move of the layers: each swap of two slots on different GPUs of a node, and each
+        slot of an expert with a spare replica given to any other slot's expert of its node."""
+        slots_n = self.slots.shape[1]
+        i, j = np.divmod(np.arange(slots_n * slots_n), slots_n)
+        keep = (i // self.per_node == j // self.per_node) & (i // self.per_gpu < j // self.per_gpu)
+        si, sj = i[keep], j[keep]
+        rows = layers[:, None]
+        spare = self.n[rows, self.slots[layers]].sum(axis=-1) >= 2  # [B, slots]
+        width = max(1, int(spare.sum(axis=1).max()))
+        ri = np.argsort(~spare, axis=1, kind="stable")[:, :width]  # spare slots first
+        has = np.take_along_axis(spare, ri, axis=1)
+        node_j = np.arange(self.per_node)[None, None, :]
+        rj = (ri // self.per_node * self.per_node)[..., None] + node_j  # [B, width, per_node]
+        b = layers.size
+        i = np.concatenate([np.tile(si, (b, 1)), np.repeat(ri, self.per_node, axis=1)], axis=1)
+        j = np.concatenate([np.tile(sj, (b, 1)), rj.reshape(b, -1)], axis=1)
+        swap = np.zeros(i.shape, dtype=bool)
+        swap[:, : si.size] = True
+        found = np.ones(i.shape, dtype=bool)
+        found[:, si.size :] = np.repeat(has, self.per_node, axis=1)
+        return self._moves(layers, i, j, swap, found, counts=False)
+
+    def _confirmed(
+        self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(better, best) once the layers' chosen moves are checked (MomentSearch: on the halves)."""
+        return better, best
+
 
 class MomentSearch(Search):
     """`even` dispatch scored on the steps' moments instead of the steps themselves.
@@ -509,14 +589,85 @@ class MomentSearch(Search):
     move touches two experts, so its score costs O(GPUs x DRAWS), whatever the history's length.
     """
 
-    def __init__(self, *args: object, moments: Moments | None = None, **kwargs: object):
+    def __init__(
+        self,
+        *args: object,
+        moments: Moments | None = None,
+        halves: tuple[Moments, Moments] | None = None,
+        few: bool = False,
+        **kwargs: object,
+    ):
         kwargs["significance"] = 0.0  # the score is smooth: no step-noise penalty
         self.moments = moments
+        self.few = few
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        # the same plan scored on each half of the steps, kept in step with it move by move
+        self.halves = [self._on(half) for half in (halves or ())]
+
+    def _on(self, moments: Moments) -> MomentSearch:
+        """A search of the same plan scored on `moments` (whose steps it takes its shape from)."""
+        shape_of = np.broadcast_to(np.float32(0), (self.layers, moments.dev.shape[2], self.experts))
+        rng = np.random.default_rng(0)  # it draws no moves
+        return MomentSearch(
+            self.slots, shape_of, self.shape, self.prev, self.move_cost, rng, moments=moments, few=True
+        )
+
+    def _cross_checked(self, c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> np.ndarray:
+        """[rows, ...] whether row r's move ks[r, ...] lowers the objective, before its price, on
+        every half of the steps (`ks` [rows] or [rows, k])."""
+        if not self.halves or rows.size == 0:
+            return np.ones(ks.shape, dtype=bool)
+        ks2 = ks.reshape(rows.size, -1)
+        ok = np.ones(ks2.shape, dtype=bool)
+        sub = self._counted(
+            _Candidates(c.layer[rows], *(getattr(c, n)[rows[:, None], ks2] for n in _MOVE_FIELDS))
+        )
+        price = 0.0  # the move's price is paid on the whole; the halves judge its gain alone
+        if self.prev is not None:
+            price = (
+                self._move_costs(sub)
+                - self.move_cost * moved(self.n[sub.layer], self.prev[sub.layer])[:, None]
+            )
+        for half in self.halves:
+            value = half._candidate_objectives(sub) - price
+            current = half.objective[sub.layer][:, None]
+            ok &= value < current - 1e-12 * np.maximum(1.0, np.abs(current))
+        return ok.reshape(ks.shape)
+
+    def _confirmed(
+        self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each layer's best move among its `CROSS_TRIES` best improving candidates that also
+        improve on both halves of the steps (none: the layer has no move this iteration)."""
+        if not self.halves or not better.any():
+            return better, best
+        rows = np.flatnonzero(better)
+        order = np.argsort(objective[rows], axis=1, kind="stable")[:, :CROSS_TRIES]  # [b, tries]
+        tried = np.take_along_axis(objective[rows], order, axis=1)
+        improving = tried < current[rows, None] - 1e-12 * np.maximum(1.0, np.abs(current[rows, None]))
+        ok = self._cross_checked(c, rows, order) & improving
+        better, best = better.copy(), best.copy()
+        better[rows] = ok.any(axis=1)
+        best[rows] = order[np.arange(rows.size), ok.argmax(axis=1)]
+        return better, best
+
+    def _cross(self, layers: np.ndarray, e: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """Cov(w_e, w_f) (broadcast indices)."""
+        if self.cross is not None:
+            need = np.unique(layers)
+            need = need[~self.crossed[need]]
+            if need.size:  # each layer's pairs when first asked for: a deadline may spare the rest
+                self.cross[need] = np.einsum("les,lfs->lef", self.dev[need], self.dev[need]) / max(
+                    self.steps, 1
+                )
+                self.crossed[need] = True
+            return np.asarray(self.cross[layers, e, f])
+        return np.asarray((self.dev[layers, e] * self.dev[layers, f]).mean(axis=-1))
 
     def _keep_steps(self, w: np.ndarray) -> None:
         if self.moments is None:
             self.moments = step_moments(w)
+        self.steps = self.moments.dev.shape[2]  # the deviations' columns (see `step_moments`)
 
     def _reset_scores(self) -> None:
         assert self.moments is not None
@@ -528,6 +679,9 @@ class MomentSearch(Search):
         per_slot /= np.take_along_axis(self.n.sum(axis=-1), self.slots, axis=1)[:, :, None]
         centred = per_slot.reshape(self.layers, self.shape.gpus, -1, self.steps).sum(axis=2)  # [L, G, S]
         self.cov = np.einsum("les,lgs->leg", self.dev, centred) / max(self.steps, 1)  # [L, E, G]
+        # Cov(w_e, w_f) of every pair, for a search that scores every move (the halves score few)
+        self.cross = None if self.few else np.zeros((self.layers, self.experts, self.experts))
+        self.crossed = np.zeros(self.layers, dtype=bool)
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
@@ -570,25 +724,100 @@ class MomentSearch(Search):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(new mean, new variance) of every GPU's load under each candidate, and the share changes."""
         rows = layer[:, None]
-        old_a = self.n[rows, c.e] / self.n[rows, c.e].sum(-1, keepdims=True)
-        old_b = self.n[rows, c.f] / self.n[rows, c.f].sum(-1, keepdims=True)
-        da = c.na / np.maximum(c.na.sum(-1, keepdims=True), 1) - old_a  # [B, K, G]
-        db = c.nb / np.maximum(c.nb.sum(-1, keepdims=True), 1) - old_b
-        mu = (
-            self.mu[layer][:, None]
-            + da * self.mean[rows, c.e][..., None]
-            + db * self.mean[rows, c.f][..., None]
-        )
-        cross = (self.dev[rows, c.e] * self.dev[rows, c.f]).mean(axis=-1)[..., None]  # Cov(w_e, w_f)
-        var = (
-            self.var_g[layer][:, None]
-            + da**2 * self.var_w[rows, c.e][..., None]
-            + db**2 * self.var_w[rows, c.f][..., None]
-            + 2 * da * self.cov[rows, c.e]
-            + 2 * db * self.cov[rows, c.f]
-            + 2 * da * db * cross
-        )
+        ce, cf = self.n[rows, c.e].sum(-1, keepdims=True), self.n[rows, c.f].sum(-1, keepdims=True)
+        keep = c.swap[..., None]  # a swap keeps both replica counts; else e gives f a replica
+        da = c.na / np.maximum(np.where(keep, ce, ce - 1), 1) - self.n[rows, c.e] / ce  # [B, K, G]
+        db = c.nb / np.where(keep, cf, cf + 1) - self.n[rows, c.f] / cf
+        mean_e, mean_f = self.mean[rows, c.e][..., None], self.mean[rows, c.f][..., None]
+        mu = self.mu[layer][:, None] + da * mean_e + db * mean_f
+        cross = self._cross(rows, c.e, c.f)[..., None]
+        var_e, var_f = self.var_w[rows, c.e][..., None], self.var_w[rows, c.f][..., None]
+        var = da * (da * var_e + 2 * self.cov[rows, c.e] + 2 * db * cross)
+        var += db * (db * var_f + 2 * self.cov[rows, c.f])
+        var += self.var_g[layer][:, None]
         return mu, var, da, db
+
+    def descend(
+        self,
+        expired: Callable[[], bool],
+        iterations: int | None = None,
+        left: Callable[[], float] | None = None,
+    ) -> bool:
+        """Steepest descent: every move of every active layer scored (the worst layers first), each
+        layer's best improving one that the halves confirm applied (and up to `EXTRA_MOVES` more,
+        re-scored), until no layer improves, after `iterations` passes or when `expired()` (read
+        before each chunk of about `CHUNK` moves). With `left` (seconds left of the budget), a
+        chunk is not begun when the last one took longer than what is left. True when the
+        deadline cut it short."""
+        active = np.arange(self.layers)
+        took = 0.0
+        for _ in range(MAX_ITERATIONS if iterations is None else min(iterations, MAX_ITERATIONS)):
+            if active.size == 0:
+                return False
+            improved = np.zeros(active.size, dtype=bool)
+            active = active[np.argsort(-self.objective[active], kind="stable")]
+            per_chunk = max(1, CHUNK // (3 * self.per_node**2 // 2))  # swaps and spare slots' gifts
+            for at in range(0, active.size, per_chunk):
+                before = 0.0 if left is None else left()
+                if expired() or (left is not None and before < took):
+                    return True
+                layers = active[at : at + per_chunk]
+                c = self._neighbourhood(layers)
+                objective = self._all_objectives(c)
+                best = objective.argmin(axis=1)
+                current = self.objective[layers]
+                better = objective[np.arange(layers.size), best] < current - 1e-12 * np.maximum(
+                    1.0, np.abs(current)
+                )
+                better, best = self._confirmed(c, objective, current, better, best)
+                rows = np.flatnonzero(better)
+                chosen = self._counted(_one_each(c, rows, best[rows]))
+                self._candidate_objectives(chosen)  # their new moments, for _apply_all
+                self._apply_all(chosen, np.arange(rows.size), np.zeros(rows.size, dtype=np.int64))
+                self._more_moves(c, objective, current, better, best)
+                improved[at : at + per_chunk] = better
+                if left is not None:
+                    took = before - left()
+            active = active[improved]
+        return False
+
+    def _all_objectives(self, c: _Candidates) -> np.ndarray:
+        """[B, K] the objective of each candidate, as `_candidate_objectives` scores it; swaps by
+        the two GPUs they change (the other GPUs' terms of the bound stay), when scored by the
+        bound. Sets no moments for `_apply_all`."""
+        if not (LSE and self.steps > 1) or not c.swap.any():
+            return self._candidate_objectives(self._counted(c))
+        out = np.full(c.e.shape, np.inf)
+        swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
+        if not swaps.all():
+            out[:, ~swaps] = self._candidate_objectives(self._counted(_columns(c, ~swaps)))
+        s = _columns(c, swaps)
+        rows, b = s.layer[:, None], np.arange(s.layer.size)[:, None]
+        t = self.temperatures[self.best_t[s.layer]][:, None]  # [B, 1]
+        mu, var = self.mu[s.layer], self.var_g[s.layer]  # [B, G]
+        top = mu.max(axis=-1, keepdims=True)
+        expo = (mu - top) / t + var / (2 * t**2)
+        peak = expo.max(axis=-1, keepdims=True)
+        total = np.exp(expo - peak).sum(axis=-1, keepdims=True)  # [B, 1]
+        ce, cf = self.n[rows, s.e].sum(-1), self.n[rows, s.f].sum(-1)  # [B, K]
+        a, bf = 1.0 / ce, 1.0 / cf
+        shift = a * self.mean[rows, s.e] - bf * self.mean[rows, s.f]  # e leaves gi, f leaves gj
+        spread = (
+            a**2 * self.var_w[rows, s.e]
+            + bf**2 * self.var_w[rows, s.f]
+            - 2 * a * bf * self._cross(rows, s.e, s.f)
+        )
+        kept = total - np.exp(expo[b, s.gi] - peak) - np.exp(expo[b, s.gj] - peak)  # the other GPUs
+        total = np.maximum(kept, 0.0)
+        for g, sign in ((s.gi, -1.0), (s.gj, 1.0)):
+            new_mu = mu[b, g] + sign * shift
+            new_var = (
+                var[b, g] + spread + 2 * sign * (a * self.cov[rows, s.e, g] - bf * self.cov[rows, s.f, g])
+            )
+            total = total + np.exp((new_mu - top) / t + new_var / (2 * t**2) - peak)
+        value = top + t * (peak + np.log(total))
+        out[:, swaps] = np.where(s.valid, value + self._move_costs(s), np.inf)
+        return out
 
     def _candidate_objectives(self, c: _Candidates) -> np.ndarray:
         self._last = self._changes(c.layer, c)  # the chosen moves' new moments, for _apply_all
@@ -623,11 +852,13 @@ class MomentSearch(Search):
             if live.size == 0:
                 return
             k = np.where(ok[live], objective[rows[live]], np.inf).argmin(axis=1)
-            sub = _Candidates(
-                c.layer[rows[live]], *(getattr(c, name)[rows[live], k][:, None] for name in _MOVE_FIELDS)
-            )
+            sub = self._counted(_one_each(c, rows[live], k))
             gain = self._candidate_objectives(sub)[:, 0]
-            keep = np.flatnonzero(gain < self.objective[sub.layer] - 1e-12 * np.maximum(1.0, np.abs(gain)))
+            keep = gain < self.objective[sub.layer] - 1e-12 * np.maximum(1.0, np.abs(gain))
+            keep[keep] = self._cross_checked(
+                sub, np.flatnonzero(keep), np.zeros(int(keep.sum()), dtype=np.int64)
+            )
+            keep = np.flatnonzero(keep)
             self._apply_all(sub, keep, np.zeros(keep.size, dtype=np.int64))
             alone[live, k] = False
             kept = live[keep]
@@ -640,10 +871,8 @@ class MomentSearch(Search):
         layers = c.layer[rows]
         mu, var, da, db = (x[rows, ks] for x in self._last)
         e, f, i, j = (x[rows, ks] for x in (c.e, c.f, c.i, c.j))
-        steps = max(self.steps, 1)
-        dev = self.dev[layers]  # [b, E, S]
         for expert, change in ((e, da), (f, db)):
-            column = np.einsum("bes,bs->be", dev, self.dev[layers, expert]) / steps  # Cov(w_., w_expert)
+            column = self._cross(layers[:, None], np.arange(self.experts)[None, :], expert[:, None])
             self.cov[layers] += column[:, :, None] * change[:, None, :]
         self.mu[layers], self.var_g[layers] = mu, var
         swap = c.swap[rows, ks]
@@ -656,6 +885,20 @@ class MomentSearch(Search):
         self.objective[layers] = step_mean(self.per_step[layers]) + self.move_cost * moved(
             self.n[layers], prev
         )
+        for half in self.halves:
+            sub = _one_each(c, rows, ks)
+            half._candidate_objectives(sub)
+            half._apply_all(sub, np.arange(rows.size), np.zeros(rows.size, dtype=np.int64))
+
+
+def _columns(c: _Candidates, keep: np.ndarray) -> _Candidates:
+    """The candidates of the columns `keep` (bool [K]) of every row."""
+    return _Candidates(c.layer, *(getattr(c, name)[:, keep] for name in _MOVE_FIELDS))
+
+
+def _one_each(c: _Candidates, rows: np.ndarray, ks: np.ndarray) -> _Candidates:
+    """The candidates with one move per row: row r's move ks[r]."""
+    return _Candidates(c.layer[rows], *(getattr(c, name)[rows, ks][:, None] for name in _MOVE_FIELDS))
 
 
 @dataclass(frozen=True)
@@ -668,15 +911,29 @@ class Moments:
     var_w: np.ndarray
 
 
-def step_moments(w: np.ndarray) -> Moments:
-    """The moments of normalised steps `w` [layers, S, E]."""
+def step_moments(w: np.ndarray, p: np.ndarray | None = None) -> Moments:
+    """The moments of normalised steps `w` [layers, S, E] under step weights `p` [S] summing to 1
+    (default `step_weights`)."""
     w = w.astype(np.float64)
     steps = w.shape[1]
-    p = step_weights(steps)
+    p = step_weights(steps) if p is None else p
     mean = np.einsum("lse,s->le", w, p)  # [L, E]
     scale = np.sqrt(steps * p)
     dev = np.ascontiguousarray(((w - mean[:, None, :]) * scale[None, :, None]).transpose(0, 2, 1))
     return Moments(mean, dev, (dev**2).mean(axis=-1))
+
+
+def half_moments(w: np.ndarray, block: int | None = None) -> tuple[Moments, Moments] | None:
+    """The moments of two halves of the steps `w` [layers, S, E], alternate blocks of `block`
+    steps (default `CROSS_BLOCK`), each half weighted by recency as the whole is; None when the
+    check is off or the steps make fewer than two blocks each."""
+    block = CROSS_BLOCK if block is None else block
+    steps = w.shape[1]
+    if block is None or steps < 4 * block:
+        return None
+    side = (np.arange(steps)[::-1] // block) % 2  # blocks counted back from the newest step
+    p = step_weights(steps)
+    return tuple(step_moments(w[:, side == h], p[side == h] / p[side == h].sum()) for h in (0, 1))  # type: ignore[return-value]
 
 
 def step_weights(steps: int) -> np.ndarray:

@@ -6,7 +6,9 @@ it where it calls EPLB. It needs no instance file: devices, slots and loads are 
 
 * `method="eplb"`: DeepSeek's algorithm as published (eplb.py).
 * `method="comoe"` (default): per layer the best of EPLB's plan, a covariance-aware packing of
-  EPLB's replicas and (given `previous`) the map in service, once moves are paid for; then the
+  EPLB's replicas and (given `previous`) the map in service, once moves are paid for (for
+  `even`, a re-pack replaces the map in service only if it also scores better on each half of
+  the steps, as every move of the search must: dropin_search.py); then the
   local search of dropin_search.py on what the engine will see: each step's max/mean GPU load
   under `dispatch` — `"even"` (the engine splits an expert's tokens evenly over its replicas) or
   `"lp"` (it routes each batch by the best split, as SGLang's `--ep-dispatch-algorithm lp`),
@@ -19,8 +21,9 @@ GPU, and in hierarchical mode every replica on the node its group is on. A move 
 when it lowers the layer's objective (score + `move_cost` per expert moved off `previous`), so
 the plan never scores worse than its start. It stops when no layer improves or at
 `time_budget_s`; the default budget grows as layers × slots, as EPLB's own packing does. Given
-`previous`, experts that stay on their GPU keep their slot. Moves are drawn from a seeded
-generator: the same input gives the same plan when the search ends before the budget.
+`previous`, experts that stay on their GPU keep their slot. The `even` search is deterministic
+and `lp`'s moves are drawn from a seeded generator: the same input gives the same plan when the
+search ends before the budget.
 """
 
 from __future__ import annotations
@@ -174,10 +177,23 @@ def rebalance_experts(
         if prev is not None:
             packed = align_gpus(packed, prev, experts, num_gpus, shape.nodes)
         starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
-        start = _best_start(starts, w, shape, prev_n, move_cost, moments)
+        # given the map in service, a move off it must lower the objective on each half of the steps
+        halves = search.half_moments(w) if dispatch == "even" and prev is not None else None
+        start = _best_start(starts, w, shape, prev_n, move_cost, moments, halves)
         deadline = began + budget
         plan, stopped = _search(
-            start, w, shape, prev_n, move_cost, seed, cap, lambda: clock() >= deadline, moments, packed
+            start,
+            w,
+            shape,
+            prev_n,
+            move_cost,
+            seed,
+            cap,
+            lambda: clock() >= deadline,
+            moments,
+            packed,
+            halves,
+            lambda: deadline - clock(),
         )
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
@@ -267,18 +283,23 @@ def _search(
     expired: Callable[[], bool],
     moments: search.Moments | None = None,
     target: np.ndarray | None = None,
+    halves: tuple[search.Moments, search.Moments] | None = None,
+    left: Callable[[], float] | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """(plan, whether the deadline cut the search short)."""
+    """(plan, whether the deadline cut the search short); `left`: seconds left of the budget."""
     rng = np.random.default_rng(seed)
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
         if shape.dispatch == "even":
-            run: search.Search = search.MomentSearch(
-                start, w, shape, prev_n, move_cost, rng, moments=moments, target=target
+            moment_run = search.MomentSearch(
+                start, w, shape, prev_n, move_cost, rng, moments=moments, halves=halves
             )
+            passes = None if cap is None else -(-cap // moment_run.neighbourhood_size())
+            run: search.Search = moment_run
+            stopped = moment_run.descend(expired, passes, left)
         else:
             run = search.Search(start, w, shape, prev_n, move_cost, rng, target=target)
-        stopped = run.run(expired, iterations)
+            stopped = run.run(expired, iterations)
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
         if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
             worse = changed[run.objective[changed] > run.start_objective[changed]]
@@ -370,11 +391,17 @@ def _best_start(
     prev_n: np.ndarray | None,
     move_cost: float,
     moments: search.Moments | None,
+    halves: tuple[search.Moments, search.Moments] | None = None,
 ) -> np.ndarray:
-    """Per layer, the start that scores best once its moves are paid for (the first on ties)."""
+    """Per layer, the start that scores best once its moves are paid for (the first on ties);
+    with `halves`, a start other than the first (the map in service) only where it also scores
+    better than the first on each half of the steps, before its moves' price."""
     if len(starts) == 1:
         return starts[0]
     values = np.stack([_objective(plan, w, shape, prev_n, move_cost, moments) for plan in starts])
+    for half in halves or ():
+        on_half = np.stack([_objective(plan, w, shape, prev_n, 0.0, half) for plan in starts])
+        values[1:][on_half[1:] >= on_half[0]] = np.inf
     pick = values.argmin(axis=0)
     return np.stack(starts)[pick, np.arange(pick.size)]
 
