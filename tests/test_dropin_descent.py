@@ -24,7 +24,7 @@ def _search(steps: np.ndarray, slots: int, previous: np.ndarray | None = None) -
     return ds.MomentSearch(plan, w, SHAPE, prev, 0.002, np.random.default_rng(0))
 
 
-def test_swaps_scored_by_their_two_gpus_match_the_full_score():
+def test_moves_scored_in_bulk_match_the_full_score():
     steps = _steps(1)
     previous = np.roll(
         comoe_opt.rebalance_experts(steps.sum(axis=0), 40, 1, 1, 8, method="eplb")[0], 5, axis=1
@@ -38,7 +38,7 @@ def test_swaps_scored_by_their_two_gpus_match_the_full_score():
         assert np.array_equal(np.isfinite(fast), np.isfinite(full))
         assert np.isfinite(full).sum() > 1000
         finite = np.isfinite(full)
-        assert fast[finite] == pytest.approx(full[finite], rel=1e-12, abs=1e-12)
+        assert fast[finite] == pytest.approx(full[finite], rel=1e-5)  # scored in float32, to choose by
 
 
 def test_the_neighbourhood_is_every_move():

@@ -720,21 +720,29 @@ class MomentSearch(Search):
         return share / share.sum(axis=1, keepdims=True)
 
     def _changes(
-        self, layer: np.ndarray, c: _Candidates
+        self, layer: np.ndarray, c: _Candidates, dtype: type = np.float64
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(new mean, new variance) of every GPU's load under each candidate, and the share changes."""
+        """(new mean, new variance) of every GPU's load under each candidate, and the share changes
+        (in `dtype`: float32 halves the work of scoring whole neighbourhoods)."""
         rows = layer[:, None]
-        ce, cf = self.n[rows, c.e].sum(-1, keepdims=True), self.n[rows, c.f].sum(-1, keepdims=True)
+        ne, nf = self.n[rows, c.e], self.n[rows, c.f]
+        ce, cf = ne.sum(-1, keepdims=True).astype(dtype), nf.sum(-1, keepdims=True).astype(dtype)
         keep = c.swap[..., None]  # a swap keeps both replica counts; else e gives f a replica
-        da = c.na / np.maximum(np.where(keep, ce, ce - 1), 1) - self.n[rows, c.e] / ce  # [B, K, G]
-        db = c.nb / np.where(keep, cf, cf + 1) - self.n[rows, c.f] / cf
-        mean_e, mean_f = self.mean[rows, c.e][..., None], self.mean[rows, c.f][..., None]
-        mu = self.mu[layer][:, None] + da * mean_e + db * mean_f
-        cross = self._cross(rows, c.e, c.f)[..., None]
-        var_e, var_f = self.var_w[rows, c.e][..., None], self.var_w[rows, c.f][..., None]
-        var = da * (da * var_e + 2 * self.cov[rows, c.e] + 2 * db * cross)
-        var += db * (db * var_f + 2 * self.cov[rows, c.f])
-        var += self.var_g[layer][:, None]
+        da = (
+            c.na.astype(dtype) / np.maximum(np.where(keep, ce, ce - 1), 1) - ne.astype(dtype) / ce
+        )  # [B, K, G]
+        db = c.nb.astype(dtype) / np.where(keep, cf, cf + 1) - nf.astype(dtype) / cf
+
+        def at(x: np.ndarray) -> np.ndarray:
+            return x.astype(dtype, copy=False)
+
+        mean_e, mean_f = at(self.mean[rows, c.e])[..., None], at(self.mean[rows, c.f])[..., None]
+        mu = at(self.mu[layer])[:, None] + da * mean_e + db * mean_f
+        cross = at(self._cross(rows, c.e, c.f))[..., None]
+        var_e, var_f = at(self.var_w[rows, c.e])[..., None], at(self.var_w[rows, c.f])[..., None]
+        var = da * (da * var_e + 2 * at(self.cov[rows, c.e]) + 2 * db * cross)
+        var += db * (db * var_f + 2 * at(self.cov[rows, c.f]))
+        var += at(self.var_g[layer])[:, None]
         return mu, var, da, db
 
     def descend(
@@ -772,8 +780,11 @@ class MomentSearch(Search):
                 better, best = self._confirmed(c, objective, current, better, best)
                 rows = np.flatnonzero(better)
                 chosen = self._counted(_one_each(c, rows, best[rows]))
-                self._candidate_objectives(chosen)  # their new moments, for _apply_all
-                self._apply_all(chosen, np.arange(rows.size), np.zeros(rows.size, dtype=np.int64))
+                exact = self._candidate_objectives(chosen)[:, 0]  # float64, and their new moments
+                now = current[rows]
+                held = exact < now - 1e-12 * np.maximum(1.0, np.abs(now))  # float32 only chose them
+                better[rows[~held]] = False
+                self._apply_all(chosen, np.flatnonzero(held), np.zeros(int(held.sum()), dtype=np.int64))
                 self._more_moves(c, objective, current, better, best)
                 improved[at : at + per_chunk] = better
                 if left is not None:
@@ -782,49 +793,49 @@ class MomentSearch(Search):
         return False
 
     def _all_objectives(self, c: _Candidates) -> np.ndarray:
-        """[B, K] the objective of each candidate, as `_candidate_objectives` scores it; swaps by
-        the two GPUs they change (the other GPUs' terms of the bound stay), when scored by the
-        bound. Sets no moments for `_apply_all`."""
+        """[B, K] the objective of each candidate, as `_candidate_objectives` scores it but in
+        float32 (to choose by; a chosen move is scored again in float64 before it is applied);
+        swaps from the two GPUs they change (the other GPUs' terms of the bound stay), when scored
+        by the bound. Sets no moments for `_apply_all`."""
         if not (LSE and self.steps > 1) or not c.swap.any():
             return self._candidate_objectives(self._counted(c))
         out = np.full(c.e.shape, np.inf)
         swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
         if not swaps.all():
-            out[:, ~swaps] = self._candidate_objectives(self._counted(_columns(c, ~swaps)))
+            out[:, ~swaps] = self._candidate_objectives(self._counted(_columns(c, ~swaps)), np.float32)
         s = _columns(c, swaps)
         rows, b = s.layer[:, None], np.arange(s.layer.size)[:, None]
-        t = self.temperatures[self.best_t[s.layer]][:, None]  # [B, 1]
-        mu, var = self.mu[s.layer], self.var_g[s.layer]  # [B, G]
+        f4 = np.float32
+        t = self.temperatures[self.best_t[s.layer]][:, None].astype(f4)  # [B, 1]
+        mu, var = self.mu[s.layer].astype(f4), self.var_g[s.layer].astype(f4)  # [B, G]
         top = mu.max(axis=-1, keepdims=True)
         expo = (mu - top) / t + var / (2 * t**2)
         peak = expo.max(axis=-1, keepdims=True)
         total = np.exp(expo - peak).sum(axis=-1, keepdims=True)  # [B, 1]
-        ce, cf = self.n[rows, s.e].sum(-1), self.n[rows, s.f].sum(-1)  # [B, K]
-        a, bf = 1.0 / ce, 1.0 / cf
-        shift = a * self.mean[rows, s.e] - bf * self.mean[rows, s.f]  # e leaves gi, f leaves gj
-        spread = (
-            a**2 * self.var_w[rows, s.e]
-            + bf**2 * self.var_w[rows, s.f]
-            - 2 * a * bf * self._cross(rows, s.e, s.f)
-        )
+        a = (1.0 / self.n[rows, s.e].sum(-1)).astype(f4)  # [B, K]
+        bf = (1.0 / self.n[rows, s.f].sum(-1)).astype(f4)
+        shift = a * self.mean[rows, s.e].astype(f4) - bf * self.mean[rows, s.f].astype(f4)  # e leaves gi
+        spread = a**2 * self.var_w[rows, s.e].astype(f4) + bf**2 * self.var_w[rows, s.f].astype(f4)
+        spread -= 2 * a * bf * self._cross(rows, s.e, s.f).astype(f4)
         kept = total - np.exp(expo[b, s.gi] - peak) - np.exp(expo[b, s.gj] - peak)  # the other GPUs
         total = np.maximum(kept, 0.0)
         for g, sign in ((s.gi, -1.0), (s.gj, 1.0)):
             new_mu = mu[b, g] + sign * shift
-            new_var = (
-                var[b, g] + spread + 2 * sign * (a * self.cov[rows, s.e, g] - bf * self.cov[rows, s.f, g])
-            )
+            cov = a * self.cov[rows, s.e, g].astype(f4) - bf * self.cov[rows, s.f, g].astype(f4)
+            new_var = var[b, g] + spread + 2 * sign * cov
             total = total + np.exp((new_mu - top) / t + new_var / (2 * t**2) - peak)
         value = top + t * (peak + np.log(total))
         out[:, swaps] = np.where(s.valid, value + self._move_costs(s), np.inf)
         return out
 
-    def _candidate_objectives(self, c: _Candidates) -> np.ndarray:
-        self._last = self._changes(c.layer, c)  # the chosen moves' new moments, for _apply_all
+    def _candidate_objectives(self, c: _Candidates, dtype: type = np.float64) -> np.ndarray:
+        """[B, K] each candidate's objective; in float64 it also keeps their new moments for
+        `_apply_all`."""
+        self._last = self._changes(c.layer, c, dtype)  # the chosen moves' new moments, for _apply_all
         if LSE and self.steps > 1:
             # each layer at the temperature that bounds its current plan best: an upper bound on a
             # candidate's bound, exact for the current plan, so an accepted move still lowers it
-            t = self.temperatures[self.best_t[c.layer]][:, None, None]
+            t = self.temperatures[self.best_t[c.layer]][:, None, None].astype(dtype)
             score = step_mean(_lse_at(self._last[0], self._last[1], t))
         else:
             score = step_mean(self._peaks(self._last[0], self._last[1]))
