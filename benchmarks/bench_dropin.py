@@ -360,6 +360,9 @@ NOTES = [
     " (0.0025: 56.7 moves, 5.28%; 0.003: 49.4, 5.71%); a pass that puts moved experts back where that"
     " lowers the objective, after the random draws, changed nothing (67.4 moves, 4.70%, against 69.8"
     " and 4.64%).",
+    "- the half-life checked again with the descent and the halves check (default budget): 32 steps"
+    " moved 71.9 per rebalance at 4.00% above the threshold, 128 steps 55.6 at 4.55%, all steps alike"
+    " 55.8 at 5.20%, against 58.8 at 4.22% for 64: the same trade of moves for balance. 64 kept.",
     "",
     "No other recorded trace has per-step loads: OLMoE and Mixtral are per-domain aggregates of three"
     " layers, Switch-128 per-layer counts. As a check of direction only, the same GPT-OSS tokens"
