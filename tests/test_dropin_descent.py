@@ -17,20 +17,23 @@ def _steps(seed: int, steps: int = 64, layers: int = 3, experts: int = 32) -> np
     return rng.poisson(rng.gamma(0.5, 8.0, size=(steps, layers, experts))).astype(float)
 
 
-def _search(steps: np.ndarray, slots: int, previous: np.ndarray | None = None) -> ds.MomentSearch:
-    plan = comoe_opt.rebalance_experts(steps.sum(axis=0), slots, 1, 1, SHAPE.gpus, method="eplb")[0]
+def _search(
+    steps: np.ndarray, slots: int, previous: np.ndarray | None = None, nodes: int = 1
+) -> ds.MomentSearch:
+    plan = comoe_opt.rebalance_experts(steps.sum(axis=0), slots, 4, nodes, SHAPE.gpus, method="eplb")[0]
     w = ds.normalised(steps.transpose(1, 0, 2), SHAPE.gpus)
     prev = None if previous is None else ds.replica_counts(previous, steps.shape[2], SHAPE.gpus)
-    return ds.MomentSearch(plan, w, SHAPE, prev, 0.002, np.random.default_rng(0))
+    shape = ds.Shape(SHAPE.gpus, nodes, "even")
+    return ds.MomentSearch(plan, w, shape, prev, 0.002, np.random.default_rng(0))
 
 
-def test_moves_scored_in_bulk_match_the_full_score():
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_moves_scored_in_bulk_match_the_full_score(nodes):
     steps = _steps(1)
-    previous = np.roll(
-        comoe_opt.rebalance_experts(steps.sum(axis=0), 40, 1, 1, 8, method="eplb")[0], 5, axis=1
-    )
+    eplb = comoe_opt.rebalance_experts(steps.sum(axis=0), 40, 4, nodes, 8, method="eplb")[0]
+    previous = np.roll(eplb, 5, axis=1)  # every layer's map in service moved by a few slots
     for prev in (None, previous):
-        run = _search(steps, 40, prev)
+        run = _search(steps, 40, prev, nodes)
         c = run._neighbourhood(np.arange(3))
         assert c.swap.any() and not c.swap.all()  # both kinds of move
         fast = run._all_objectives(c)
@@ -142,6 +145,13 @@ def test_the_halves_are_alternate_blocks_weighted_as_the_whole():
     assert SIDE[-8:].tolist() == [0] * 8  # the newest block is half A's
     assert ds.half_moments(w[:, :31]) is None  # fewer than two blocks of 8 per half: no check
     assert ds.half_moments(w, block=4) is not None
+    # the starts are scored on the halves from each step's GPU loads: the same objective
+    loads = ds.even_loads(IN_SERVICE, w, 2)
+    for half, q in zip((half_a, half_b), ds.half_weights(32), strict=True):
+        t = ds.temperatures(half, 2)
+        assert ds.peaks_of_loads(loads, q, t) == pytest.approx(
+            ds.expected_peaks(IN_SERVICE, w, 2, half), rel=1e-12
+        )
 
 
 def test_without_the_map_in_service_there_is_no_half_check():

@@ -351,7 +351,7 @@ class Search:
         gi, gj = i // self.per_gpu, j // self.per_gpu
         rows = active[:, None]
         e, f = self.slots[rows, i], self.slots[rows, j]
-        count_e = self.n[rows, e].sum(axis=-1)
+        count_e = self.n[active].sum(axis=-1)[np.arange(active.size)[:, None], e]
         valid = found & (e != f) & np.where(swap, gi != gj, count_e >= 2)
         none = np.zeros((*i.shape, 0), dtype=np.int64)
         c = _Candidates(active, e, f, gi, gj, swap, i, j, none, none, valid)
@@ -802,7 +802,7 @@ class MomentSearch(Search):
         out = np.full(c.e.shape, np.inf)
         swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
         if not swaps.all():
-            out[:, ~swaps] = self._candidate_objectives(self._counted(_columns(c, ~swaps)), np.float32)
+            out[:, ~swaps] = self._gift_objectives(c, ~swaps)
         s = _columns(c, swaps)
         rows, b = s.layer[:, None], np.arange(s.layer.size)[:, None]
         f4 = np.float32
@@ -827,6 +827,46 @@ class MomentSearch(Search):
         value = top + t * (peak + np.log(total))
         out[:, swaps] = np.where(s.valid, value + self._move_costs(s), np.inf)
         return out
+
+    def _gift_objectives(self, c: _Candidates, cols: np.ndarray) -> np.ndarray:
+        """[B, gifts] in float32: the neighbourhood's gifts (columns `cols`, spare slot i by the
+        node's slots j), each expert's terms taken once and broadcast over the other's."""
+        b, per, f4 = c.layer.size, self.per_node, np.float32
+        at = np.flatnonzero(cols)
+        width = at.size // per
+        i = c.i[:, at].reshape(b, width, per)[:, :, 0]  # [B, W]: the spare slots
+        j = c.j[:, at].reshape(b, width, per)  # [B, W, P]: the node's slots
+        if self.shape.nodes == 1:
+            j = j[:, :1]  # the same slots for every spare slot
+        rows, cube = c.layer[:, None], c.layer[:, None, None]
+        e, gi = self.slots[rows, i], i // self.per_gpu  # [B, W]
+        f = self.slots[cube, j]  # [B, 1 or W, P]
+        ne = self.n[rows, e].astype(f4)  # [B, W, G]
+        ce = ne.sum(axis=-1, keepdims=True)
+        lose = (np.arange(self.shape.gpus) == gi[..., None]).astype(f4)  # e's replica on gi goes to f
+        da = ((ne - lose) / np.maximum(ce - 1, 1) - ne / ce)[:, :, None]  # [B, W, 1, G]
+        nf = self.n[cube, f].astype(f4)  # [B, 1 or W, P, G]
+        cf = nf.sum(axis=-1, keepdims=True)
+        db = nf * (1 / (cf + 1) - 1 / cf) + lose[:, :, None] / (cf + 1)  # [B, W, P, G]
+        mean_e = self.mean[rows, e].astype(f4)[..., None, None]
+        mean_f = self.mean[cube, f].astype(f4)[..., None]
+        mu = self.mu[c.layer].astype(f4)[:, None, None] + da * mean_e + db * mean_f
+        var_e = self.var_w[rows, e].astype(f4)[..., None, None]
+        var_f = self.var_w[cube, f].astype(f4)[..., None]
+        cross = self._cross(cube, e[:, :, None], f).astype(f4)[..., None]  # [B, W, P, 1]
+        var = da * (da * var_e + 2 * self.cov[rows, e].astype(f4)[:, :, None] + 2 * db * cross)
+        var += db * (db * var_f + 2 * self.cov[cube, f].astype(f4))
+        var += self.var_g[c.layer].astype(f4)[:, None, None]
+        t = self.temperatures[self.best_t[c.layer]].astype(f4)[:, None, None, None]
+        value = _lse_at(mu, var, t)[..., 0]  # [B, W, P]
+        if self.prev is not None:
+            kept_e, kept_f = self.prev[rows, e, gi][..., None], self.prev[cube, f, gi[..., None]]
+            held_e, held_f = self.n[rows, e, gi][..., None], self.n[cube, f, gi[..., None]]
+            delta = np.maximum(held_e - 1 - kept_e, 0) - np.maximum(held_e - kept_e, 0)  # [B, W, 1]
+            delta = delta + np.maximum(held_f + 1 - kept_f, 0) - np.maximum(held_f - kept_f, 0)
+            base = moved(self.n[c.layer], self.prev[c.layer])[:, None, None]
+            value = value + self.move_cost * (base + delta)
+        return np.where(c.valid[:, at], value.reshape(b, -1), np.inf)
 
     def _candidate_objectives(self, c: _Candidates, dtype: type = np.float64) -> np.ndarray:
         """[B, K] each candidate's objective; in float64 it also keeps their new moments for
@@ -934,17 +974,35 @@ def step_moments(w: np.ndarray, p: np.ndarray | None = None) -> Moments:
     return Moments(mean, dev, (dev**2).mean(axis=-1))
 
 
-def half_moments(w: np.ndarray, block: int | None = None) -> tuple[Moments, Moments] | None:
-    """The moments of two halves of the steps `w` [layers, S, E], alternate blocks of `block`
-    steps (default `CROSS_BLOCK`), each half weighted by recency as the whole is; None when the
-    check is off or the steps make fewer than two blocks each."""
+def half_weights(steps: int, block: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """[steps] step weights of the two halves of the steps, alternate blocks of `block` steps
+    (default `CROSS_BLOCK`) counted back from the newest, each weighted by recency as the whole is
+    and zero off its half; None when the check is off or the steps make fewer than two blocks each."""
     block = CROSS_BLOCK if block is None else block
-    steps = w.shape[1]
     if block is None or steps < 4 * block:
         return None
-    side = (np.arange(steps)[::-1] // block) % 2  # blocks counted back from the newest step
+    side = (np.arange(steps)[::-1] // block) % 2
     p = step_weights(steps)
-    return tuple(step_moments(w[:, side == h], p[side == h] / p[side == h].sum()) for h in (0, 1))  # type: ignore[return-value]
+    a, b = (np.where(side == h, p, 0.0) / p[side == h].sum() for h in (0, 1))
+    return a, b
+
+
+def half_moments(w: np.ndarray, block: int | None = None) -> tuple[Moments, Moments] | None:
+    """The moments of the two halves (`half_weights`) of the steps `w` [layers, S, E]."""
+    weights = half_weights(w.shape[1], block)
+    if weights is None:
+        return None
+    a, b = (step_moments(w[:, q > 0], q[q > 0]) for q in weights)
+    return a, b
+
+
+def peaks_of_loads(loads: np.ndarray, p: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """[layers] the `even` objective from each step's GPU loads [layers, S, G] (`even_loads`)
+    under step weights `p` [S] and temperatures `t` (`temperatures` of the same steps' moments):
+    what `expected_peaks` gives, without the experts' moments."""
+    mu = np.einsum("lsg,s->lg", loads, p)
+    var = np.einsum("lsg,s->lg", (loads - mu[:, None]) ** 2, p)
+    return _lse_at(mu[..., None, :], var[..., None, :], t[:, None])[..., 0].min(axis=-1)
 
 
 def step_weights(steps: int) -> np.ndarray:

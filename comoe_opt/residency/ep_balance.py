@@ -399,9 +399,13 @@ def _best_start(
     if len(starts) == 1:
         return starts[0]
     values = np.stack([_objective(plan, w, shape, prev_n, move_cost, moments) for plan in starts])
-    for half in halves or ():
-        on_half = np.stack([_objective(plan, w, shape, prev_n, 0.0, half) for plan in starts])
-        values[1:][on_half[1:] >= on_half[0]] = np.inf
+    weights = None if halves is None else search.half_weights(w.shape[1])
+    if halves is not None and weights is not None:
+        loads = [search.even_loads(plan, w, shape.gpus) for plan in starts]  # each step's, once
+        for half, p in zip(halves, weights, strict=True):
+            t = search.temperatures(half, shape.gpus)
+            on_half = np.stack([search.peaks_of_loads(plan_loads, p, t) for plan_loads in loads])
+            values[1:][on_half[1:] >= on_half[0]] = np.inf
     pick = values.argmin(axis=0)
     return np.stack(starts)[pick, np.arange(pick.size)]
 
