@@ -363,7 +363,9 @@ NOTES = [
     " moves and 5.11%, 56.8 and 5.75%, 50.7 and 6.19%) both sat on the line a higher move cost traces"
     " (0.0025: 56.7 moves, 5.28%; 0.003: 49.4, 5.71%); a pass that puts moved experts back where that"
     " lowers the objective, after the random draws, changed nothing (67.4 moves, 4.70%, against 69.8"
-    " and 4.64%).",
+    " and 4.64%); more folds than two, blocks of 8 steps dealt round to 3 or 4 and a move kept when"
+    " enough of them gain (2 of 3, 3 of 3, 2 of 4, 3 of 4): 63.0 moves and 4.56%, 57.5 and 4.63%, 62.9"
+    " and 4.45%, 61.1 and 4.55%, against 58.9 and 4.26% for the two halves.",
     "- the half-life checked again with the descent and the halves check (default budget): 32 steps"
     " moved 71.9 per rebalance at 4.00% above the threshold, 128 steps 55.6 at 4.55%, all steps alike"
     " 55.8 at 5.20%, against 58.8 at 4.22% for 64: the same trade of moves for balance. 64 kept.",
