@@ -812,8 +812,9 @@ class MomentSearch(Search):
         expo = (mu - top) / t + var / (2 * t**2)
         peak = expo.max(axis=-1, keepdims=True)
         total = np.exp(expo - peak).sum(axis=-1, keepdims=True)  # [B, 1]
-        a = (1.0 / self.n[rows, s.e].sum(-1)).astype(f4)  # [B, K]
-        bf = (1.0 / self.n[rows, s.f].sum(-1)).astype(f4)
+        count = self.n[s.layer].sum(axis=-1)  # [B, E] replicas of each expert
+        a = (1.0 / count[b, s.e]).astype(f4)  # [B, K]
+        bf = (1.0 / count[b, s.f]).astype(f4)
         shift = a * self.mean[rows, s.e].astype(f4) - bf * self.mean[rows, s.f].astype(f4)  # e leaves gi
         spread = a**2 * self.var_w[rows, s.e].astype(f4) + bf**2 * self.var_w[rows, s.f].astype(f4)
         spread -= 2 * a * bf * self._cross(rows, s.e, s.f).astype(f4)
