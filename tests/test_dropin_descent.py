@@ -8,6 +8,7 @@ import pytest
 
 import comoe_opt
 from comoe_opt.residency import dropin_search as ds
+from comoe_opt.residency import ep_balance
 
 SHAPE = ds.Shape(8, 1, "even")
 
@@ -164,3 +165,30 @@ def test_without_the_map_in_service_there_is_no_half_check():
     finally:
         ds.CROSS_BLOCK = block
     assert np.array_equal(plan, unchecked)
+
+
+def test_given_the_map_in_service_a_call_makes_one_pass(monkeypatch):
+    """From the map in service, each layer's best confirmed move and at most `EXTRA_MOVES` more,
+    however long the clock allows; run to the end, the search goes on."""
+    steps = _steps(5, steps=96, layers=4)
+    in_service = comoe_opt.rebalance_experts(steps[:48].sum(axis=0), 40, 1, 1, 8, history=steps[:48])[0]
+    w = ds.normalised(steps.transpose(1, 0, 2), 8)
+    kept = ds.replica_counts(in_service, 32, 8)
+    shape, moments, halves = ds.Shape(8, 1, "even"), ds.step_moments(w), ds.half_moments(w)
+
+    def search() -> np.ndarray:
+        args = (in_service, w, shape, kept, 0.002, 0, None, lambda: False, moments, None, halves)
+        return ep_balance._search(*args)[0]
+
+    moved = np.maximum(ds.replica_counts(search(), 32, 8) - kept, 0).sum(axis=(1, 2))
+    assert 0 < moved.max() <= 2 * (1 + ds.EXTRA_MOVES)  # a swap moves two experts, a gift one
+    monkeypatch.setattr(ep_balance, "PASSES_GIVEN_PREVIOUS", None)
+    assert np.maximum(ds.replica_counts(search(), 32, 8) - kept, 0).sum() > moved.sum()
+    # and the whole call does not hang on the clock: a standing clock gives a generous budget's plan
+    monkeypatch.undo()
+    args = (steps.sum(axis=0), 40, 1, 1, 8)
+    plan = comoe_opt.rebalance_experts(*args, history=steps, previous=in_service, time_budget_s=1e9)[0]
+    standing = comoe_opt.rebalance_experts(
+        *args, history=steps, previous=in_service, time_budget_s=1.0, clock=lambda: 0.0
+    )[0]
+    assert np.array_equal(plan, standing)
