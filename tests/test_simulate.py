@@ -210,6 +210,26 @@ def test_evaluation_is_deterministic():
     assert a == b
 
 
+def test_evaluation_does_not_depend_on_the_clock(monkeypatch):
+    """An evaluation's plans run without a time limit: on a machine so slow that every clock
+    reading is 100 s after the last, `milp`'s plans, and so the numbers, are the same (with the
+    policy's 10-s limit the warm start would stop after one heuristic and the model be skipped)."""
+    from comoe_opt.deadline import Deadline
+
+    instance = instance_from_table(SMALL, "small.toml")
+    normal = evaluate_strategy(instance, "comoe", 40)
+
+    class Crawling(Deadline):
+        def __init__(self, limit_s, clock=None, **kwargs):
+            ticks = iter(range(0, 10**9, 100))
+            super().__init__(limit_s, lambda: float(next(ticks)), **kwargs)
+
+    monkeypatch.setattr("comoe_opt.planning.window.Deadline", Crawling)
+    slow = evaluate_strategy(instance, "comoe", 40)
+    normal.pop("runtime_s"), slow.pop("runtime_s")
+    assert slow == normal
+
+
 def test_more_bandwidth_never_slows_static():
     instance = instance_from_table(SMALL, "small.toml")
     slow = evaluate_strategy(with_overrides(instance, {"hardware.d2d_bandwidth_gb_s": 128.0}), "static", 40)

@@ -34,7 +34,7 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, with_overrides
-from comoe_opt.planning.rolling import Leases, keeps_leases
+from comoe_opt.planning.rolling import Leases, keeps_leases, reproducible_limit
 from comoe_opt.planning.window import plan_window
 from comoe_opt.residency.eplb import rebalance_experts
 from comoe_opt.residency.heuristics import eplb_slots
@@ -155,6 +155,7 @@ def plan_peer(instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]
             method=method,
             terms=terms,
             batches=stop - start,
+            time_limit_s=reproducible_limit(method),
         )
         placement = plan.result.solution
         if placement is None:

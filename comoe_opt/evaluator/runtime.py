@@ -42,7 +42,7 @@ from comoe_opt.evaluator.fastmap import map_tokens
 from comoe_opt.evaluator.layer import ChipletSpeeds, chiplet_finish, exec_ms, page_loads
 from comoe_opt.evaluator.strategies import Strategy
 from comoe_opt.instance import Instance
-from comoe_opt.planning.rolling import WindowPlan, rolling_horizon
+from comoe_opt.planning.rolling import WindowPlan, reproducible_limit, rolling_horizon
 from comoe_opt.residency.placement import Placement
 from comoe_opt.stats.prefetch import prefetch_targets
 from comoe_opt.trace.batching import MicroBatches, windows
@@ -262,7 +262,12 @@ class _Runtime:
         instance = strategy.planning_instance(self.instance)
         spans = windows(self.batches.batches, instance.policy.window_batches)
         plans = rolling_horizon(
-            instance, self.batches, strategy.residency, terms=strategy.terms, foresight=strategy.oracle
+            instance,
+            self.batches,
+            strategy.residency,
+            terms=strategy.terms,
+            time_limit_s=reproducible_limit(strategy.residency),
+            foresight=strategy.oracle,
         )
         placement: Placement | None = None
         for w, (start, stop) in enumerate(spans):

@@ -10,6 +10,7 @@ from thrashing (hysteresis), together with the copy cost in the objective.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -105,3 +106,13 @@ def rolling_horizon(
 def keeps_leases(method: str) -> bool:
     """Whether `method` plans around leased replicas (heuristics declare it; models always do)."""
     return method not in HEURISTICS or HEURISTICS[method].leases
+
+
+def reproducible_limit(method: str) -> float | None:
+    """The time limit an evaluation plans with: none (`math.inf`), so that the same instance gives
+    the same numbers on any machine and under any load. Every phase of `milp` and the heuristics
+    then ends on a fixed amount of work (the searches' moves, the annealing's proposals, the
+    polish's nodes, HiGHS's gap); with a wall-clock limit, a loaded machine cut the warm start short
+    on some windows and skipped the replica model (formulations/residency.md, "Time limit"). `exact`
+    ends on its time limit by design, so it keeps the policy's (None)."""
+    return None if method == "exact" else math.inf

@@ -89,7 +89,9 @@ def solve_milp(
             outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     _anneal(problem, best, bound, deadline, mip_gap)
     cuts = lagrangian = None
-    if cut_model_applies(problem):
+    # `milp` gives it the time its budget leaves; with no time limit (evaluations, which must not
+    # depend on the clock) it would solve every layer's MILP to optimality: that is `exact`'s part
+    if cut_model_applies(problem) and (exact or math.isfinite(deadline.limit_s)):
         share = LAGRANGIAN_SHARE if exact else MILP_LAGRANGIAN_SHARE
         lagrangian = _lagrangian_bound(problem, certificate, best, bound, deadline, mip_gap, share)
         bound = max(bound, lagrangian if lagrangian is not None else -math.inf)
