@@ -38,8 +38,6 @@ class Runtime(Protocol):
     E: int
 
 
-
-
 def map_tokens(
     rt: Runtime,
     layer: int,
