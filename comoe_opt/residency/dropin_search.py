@@ -522,9 +522,7 @@ class Search:
             objective = self._candidate_objectives(c)
             best = objective.argmin(axis=1)
             current = self.objective[active]
-            better = objective[np.arange(active.size), best] < current - 1e-12 * np.maximum(
-                1.0, np.abs(current)
-            )
+            better = _lower(objective[np.arange(active.size), best], current)
             if self.shape.dispatch == "lp" and self.enumerated:
                 for row in np.flatnonzero(better):
                     better[row] = self._exact_gain(c, int(row), int(best[row]))
@@ -631,7 +629,7 @@ class MomentSearch(Search):
         for half in self.halves:
             value = half._candidate_objectives(sub) - price
             current = half.objective[sub.layer][:, None]
-            ok &= value < current - 1e-12 * np.maximum(1.0, np.abs(current))
+            ok &= _lower(value, current)
         return ok.reshape(ks.shape)
 
     def _confirmed(
@@ -644,7 +642,7 @@ class MomentSearch(Search):
         rows = np.flatnonzero(better)
         order = np.argsort(objective[rows], axis=1, kind="stable")[:, :CROSS_TRIES]  # [b, tries]
         tried = np.take_along_axis(objective[rows], order, axis=1)
-        improving = tried < current[rows, None] - 1e-12 * np.maximum(1.0, np.abs(current[rows, None]))
+        improving = _lower(tried, current[rows, None])
         ok = self._cross_checked(c, rows, order) & improving
         better, best = better.copy(), best.copy()
         better[rows] = ok.any(axis=1)
@@ -774,15 +772,12 @@ class MomentSearch(Search):
                 objective = self._all_objectives(c)
                 best = objective.argmin(axis=1)
                 current = self.objective[layers]
-                better = objective[np.arange(layers.size), best] < current - 1e-12 * np.maximum(
-                    1.0, np.abs(current)
-                )
+                better = _lower(objective[np.arange(layers.size), best], current)
                 better, best = self._confirmed(c, objective, current, better, best)
                 rows = np.flatnonzero(better)
                 chosen = self._counted(_one_each(c, rows, best[rows]))
                 exact = self._candidate_objectives(chosen)[:, 0]  # float64, and their new moments
-                now = current[rows]
-                held = exact < now - 1e-12 * np.maximum(1.0, np.abs(now))  # float32 only chose them
+                held = _lower(exact, current[rows])  # float32 only chose them
                 better[rows[~held]] = False
                 self._apply_all(chosen, np.flatnonzero(held), np.zeros(int(held.sum()), dtype=np.int64))
                 self._more_moves(c, objective, current, better, best)
@@ -895,7 +890,7 @@ class MomentSearch(Search):
         touched = np.zeros((rows.size, self.experts), dtype=bool)
         local, first = np.arange(rows.size), best[rows]
         touched[local, c.e[rows, first]] = touched[local, c.f[rows, first]] = True
-        alone = objective[rows] < current[rows, None] - 1e-12 * np.maximum(1.0, np.abs(current[rows, None]))
+        alone = _lower(objective[rows], current[rows, None])
         alone[local, first] = False
         for _ in range(EXTRA_MOVES):
             r = np.arange(rows.size)[:, None]
@@ -1098,3 +1093,8 @@ def risk_pack(
         out[rows, g * per_gpu + per_gpu - free[rows, g]] = e
         free[rows, g] -= 1
     return out
+
+
+def _lower(value: np.ndarray, current: np.ndarray) -> np.ndarray:
+    """Where `value` is below `current` by more than round-off (1e-12 relative, at least absolute)."""
+    return value < current - 1e-12 * np.maximum(1.0, np.abs(current))
