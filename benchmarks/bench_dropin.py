@@ -416,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         " the engines' even split and with the best split (SGLang's `lp` dispatch). Moves are counted"
         " against the map each balancer itself had in service (the engines' initial layout at first).",
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
-        " previous=map in service, dispatch=...)` with its defaults (time budget 15x EPLB's own time"
-        " for `even`, 300x for `lp`; move cost 0.002 per expert).",
+        " previous=map in service, dispatch=...)` with its defaults (a work budget sized from the input's"
+        " shape to 15x EPLB's own packing for `even`, 300x for `lp`, never read off the clock: the same"
+        " plans on any machine; move cost 0.002 per expert).",
         "",
         "## Targets (all windows)",
         "",

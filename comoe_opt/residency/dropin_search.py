@@ -84,6 +84,36 @@ MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so t
 POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
 
 
+# The search's work, counted in what it takes on a typical machine (nanoseconds of one core of the
+# project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs, GPT-OSS and
+# DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a budget; the count
+# itself, not the clock, decides where a search stops.
+NS_PER_MOVE = 550.0  # even: one move scored (a swap or a spare slot's gift, halves' checks included)
+NS_PER_PAIR_STEP = 0.8  # even: one (expert pair, step) term of a layer's covariances, once per layer
+NS_PER_CELL = 5.0  # lp: one (GPU set, step) sum of a candidate, or of an exact best split
+
+
+class Work:
+    """A budget of work (model nanoseconds, the `NS_*` costs) that the search spends as it
+    scores, so that where it stops depends on the input alone, never on the machine or its load."""
+
+    def __init__(self, budget: float = float("inf")):
+        self.budget, self.used = budget, 0.0
+        self.refused = False  # a batch of work was not begun: it would have gone past the budget
+
+    def spend(self, units: float) -> None:
+        self.used += units
+
+    def fits(self, units: float) -> bool:
+        """Whether `units` more stay within the budget (if not, the budget counts as spent)."""
+        self.refused |= self.used + units > self.budget
+        return not self.refused
+
+    @property
+    def spent(self) -> bool:
+        return self.refused or self.used >= self.budget
+
+
 @dataclass(frozen=True)
 class Shape:
     gpus: int
@@ -257,6 +287,7 @@ class Search:
         self._reset_scores()
         self.start_objective = self.objective.copy()
         self.applied = 0
+        self.work = Work()  # the caller's budget replaces it
 
     # -------------------------------------------------------------- state
 
@@ -292,6 +323,7 @@ class Search:
         """Refresh the layer's pool sums; its per-step makespans: exact when the sets can be
         enumerated (each step's bottleneck joins the pool), else on the pool."""
         if self.enumerated:
+            self._spend_enumerated()
             spans, worst = _enumerated(self.masks(layer), self.w[layer], self.shape.gpus)
             self.sets[layer] = np.union1d(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
@@ -304,6 +336,7 @@ class Search:
         masks = self.masks(layer)
         bits = np.int64(1) << np.arange(self.shape.gpus, dtype=np.int64)
         masks[c.e[row, k]], masks[c.f[row, k]] = (c.na[row, k] > 0) @ bits, (c.nb[row, k] > 0) @ bits
+        self._spend_enumerated()
         spans, worst = _enumerated(masks, self.w[layer], self.shape.gpus)
         prev = None if self.prev is None else self.prev[layer]
         n = self.n[layer].copy()
@@ -314,6 +347,11 @@ class Search:
         self.sets[layer] = np.union1d(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
         return False
+
+    def _spend_enumerated(self) -> None:
+        """One exact best split of a layer's steps: every GPU set's sum built in G passes."""
+        if hasattr(self, "work"):  # the start's scores are not the search's
+            self.work.spend(NS_PER_CELL * (1 << self.shape.gpus) * self.steps * (self.shape.gpus + 1))
 
     # -------------------------------------------------------------- moves
 
@@ -480,6 +518,7 @@ class Search:
             new = ((after > 0).astype(np.int64) @ bits)[..., None]
             old = masks[rows, expert][..., None]
             changes.append((((new & ~pool) == 0).astype(np.float32) - ((old & ~pool) == 0))[..., None])
+        self.work.spend(NS_PER_CELL * b * c.e.shape[1] * width * self.steps)
         loads = work[:, None] + self.wt[rows, c.e][:, :, None, :] * changes[0]  # [B, K, P, S]
         loads += self.wt[rows, c.f][:, :, None, :] * changes[1]
         loads /= _sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
@@ -516,7 +555,7 @@ class Search:
             active = np.flatnonzero(idle < PATIENCE[self.shape.dispatch])
             if active.size == 0:
                 return False
-            if expired():
+            if expired() or self.work.spent:
                 return True
             c = self._draw(active)
             objective = self._candidate_objectives(c)
@@ -649,6 +688,13 @@ class MomentSearch(Search):
         best[rows] = order[np.arange(rows.size), ok.argmax(axis=1)]
         return better, best
 
+    def _cross_cost(self, layers: np.ndarray) -> float:
+        """The work of the layers' covariances not yet computed (`_cross`)."""
+        if self.cross is None:
+            return 0.0
+        fresh = int((~self.crossed[layers]).sum())
+        return NS_PER_PAIR_STEP * fresh * self.experts**2 * self.steps
+
     def _cross(self, layers: np.ndarray, e: np.ndarray, f: np.ndarray) -> np.ndarray:
         """Cov(w_e, w_f) (broadcast indices)."""
         if self.cross is not None:
@@ -751,10 +797,11 @@ class MomentSearch(Search):
     ) -> bool:
         """Steepest descent: every move of every active layer scored (the worst layers first), each
         layer's best improving one that the halves confirm applied (and up to `EXTRA_MOVES` more,
-        re-scored), until no layer improves, after `iterations` passes or when `expired()` (read
-        before each chunk of about `CHUNK` moves). With `left` (seconds left of the budget), a
-        chunk is not begun when the last one took longer than what is left. True when the
-        deadline cut it short."""
+        re-scored), until no layer improves, after `iterations` passes, or when the next chunk of
+        about `CHUNK` moves would take `self.work` past its budget (the first chunk always runs)
+        or `expired()` (an opt-in clock, read before each chunk). With `left` (seconds left of
+        that clock), a chunk is not begun when the last one took longer than what is left. True
+        when the work budget or the clock cut it short."""
         active = np.arange(self.layers)
         took = 0.0
         for _ in range(MAX_ITERATIONS if iterations is None else min(iterations, MAX_ITERATIONS)):
@@ -769,6 +816,10 @@ class MomentSearch(Search):
                     return True
                 layers = active[at : at + per_chunk]
                 c = self._neighbourhood(layers)
+                cost = NS_PER_MOVE * c.e.size + self._cross_cost(layers)
+                if self.work.used > 0 and not self.work.fits(cost):
+                    return True
+                self.work.spend(cost)
                 objective = self._all_objectives(c)
                 best = objective.argmin(axis=1)
                 current = self.objective[layers]
