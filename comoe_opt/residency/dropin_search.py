@@ -75,6 +75,12 @@ GUIDED = 0.5
 # to independent; 1, 4, 8 and 16 were measured (benchmarks/results/dropin.md)
 CROSS_BLOCK: int | None = 8
 CROSS_TRIES = 8  # a layer's best improving moves checked on the halves per pass, best first
+# bytes of the experts' pairwise covariances held at once (ahead of the rest: 134 MB a layer at
+# the drop-in's limit of 4,096 experts; DeepSeek-V3's 58 layers of 256 hold 30 MB)
+CROSS_BYTES = 256 * 2**20
+MAX_NEIGHBOURHOOD = 2**20  # moves of one layer scored at once (beyond: its hottest GPUs' moves)
+# elements of one block of spare slots' gifts ([layers, spare slots, node's slots, GPUs], float32)
+GIFT_CELLS = 2**21
 CHUNK = 100_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
 EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
@@ -587,12 +593,11 @@ class Search:
     def _neighbourhood(self, layers: np.ndarray) -> _Candidates:
         """Every move of the layers: each swap of two slots on different GPUs of a node, and each
         slot of an expert with a spare replica given to any other slot's expert of its node."""
-        slots_n = self.slots.shape[1]
-        i, j = np.divmod(np.arange(slots_n * slots_n), slots_n)
-        keep = (i // self.per_node == j // self.per_node) & (i // self.per_gpu < j // self.per_gpu)
-        si, sj = i[keep], j[keep]
+        si, sj, hot = self._slot_pairs(layers)
         rows = layers[:, None]
         spare = self.n[rows, self.slots[layers]].sum(axis=-1) >= 2  # [B, slots]
+        if hot is not None:  # only the hot GPUs' spare slots are given away
+            spare &= hot[np.arange(self.slots.shape[1]) // self.per_gpu][None, :]
         width = max(1, int(spare.sum(axis=1).max()))
         ri = np.argsort(~spare, axis=1, kind="stable")[:, :width]  # spare slots first
         has = np.take_along_axis(spare, ri, axis=1)
@@ -606,6 +611,43 @@ class Search:
         found = np.ones(i.shape, dtype=bool)
         found[:, si.size :] = np.repeat(has, self.per_node, axis=1)
         return self._moves(layers, i, j, swap, found, counts=False)
+
+    def _slot_pairs(self, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(slot i, slot j) of every swap of two slots on different GPUs of a node, and None; a
+        single layer whose node has too many slots for that (`MAX_NEIGHBOURHOOD`) gets the swaps
+        that take a slot off one of its hottest GPUs (by mean load, ties to the lower GPU), the
+        only GPUs whose peak a swap can lower, and those GPUs as a mask."""
+        slots_n, per_node, per_gpu = self.slots.shape[1], self.per_node, self.per_gpu
+        if 3 * per_node * per_node // 2 * self._gift_weight() <= MAX_NEIGHBOURHOOD or layers.size != 1:
+            i, j = np.divmod(np.arange(slots_n * per_node), per_node)
+            j += i // per_node * per_node  # j runs over i's node only
+            keep = i // per_gpu < j // per_gpu
+            return i[keep], j[keep], None
+        gpus = self.shape.gpus
+        count = max(1, int(MAX_NEIGHBOURHOOD // (per_gpu * per_node * self._gift_weight())))
+        load = self._gpu_means(int(layers[0]))
+        hot = np.zeros(gpus, dtype=bool)
+        hot[np.argsort(-load, kind="stable")[:count]] = True
+        i = np.flatnonzero(hot[np.arange(slots_n) // per_gpu])
+        j = (i // per_node * per_node)[:, None] + np.arange(per_node)[None, :]
+        i = np.broadcast_to(i[:, None], j.shape)
+        gi, gj = i // per_gpu, j // per_gpu
+        keep = (gi != gj) & (~hot[gj] | (gi < gj))  # a pair of two hot GPUs once
+        return i[keep], j[keep], hot
+
+    def _gift_weight(self) -> float:
+        """What scoring a spare slot's gift costs, in swaps: it touches every GPU (a swap two),
+        and the costs were measured at 8 GPUs."""
+        return max(1.0, self.shape.gpus / 8)
+
+    def _scoring_units(self, c: _Candidates) -> float:
+        """The moves `c` holds, each gift weighted by `_gift_weight`."""
+        gifts = int((~c.swap).sum())
+        return c.swap.size - gifts + gifts * self._gift_weight()
+
+    def _gpu_means(self, layer: int) -> np.ndarray:
+        """[G] each GPU's mean load over the steps."""
+        return self.gpu_rows[layer].mean(axis=-1)
 
     def _confirmed(
         self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
@@ -689,24 +731,38 @@ class MomentSearch(Search):
         return better, best
 
     def _cross_cost(self, layers: np.ndarray) -> float:
-        """The work of the layers' covariances not yet computed (`_cross`)."""
+        """The work of the layers' covariances not yet at hand (`_cross`)."""
         if self.cross is None:
             return 0.0
-        fresh = int((~self.crossed[layers]).sum())
+        fresh = int((self.cross_at[np.unique(layers)] < 0).sum())
         return NS_PER_PAIR_STEP * fresh * self.experts**2 * self.steps
 
     def _cross(self, layers: np.ndarray, e: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """Cov(w_e, w_f) (broadcast indices)."""
+        """Cov(w_e, w_f) (broadcast indices); a search that scores every move keeps each layer's
+        pairs from when first asked for, in at most `CROSS_BYTES` (the oldest layer not asked for
+        now makes room; all layers fit at the shapes engines use)."""
         if self.cross is not None:
-            need = np.unique(layers)
-            need = need[~self.crossed[need]]
-            if need.size:  # each layer's pairs when first asked for: a deadline may spare the rest
-                self.cross[need] = np.einsum("les,lfs->lef", self.dev[need], self.dev[need]) / max(
-                    self.steps, 1
-                )
-                self.crossed[need] = True
-            return np.asarray(self.cross[layers, e, f])
+            self._hold_cross(np.unique(layers))
+            return np.asarray(self.cross[self.cross_at[layers], e, f])
         return np.asarray((self.dev[layers, e] * self.dev[layers, f]).mean(axis=-1))
+
+    def _hold_cross(self, need: np.ndarray) -> None:
+        assert self.cross is not None
+        for layer in need[self.cross_at[need] < 0].tolist():
+            while True:  # the next room round the ring whose layer is not needed now
+                at = self.next_room
+                self.next_room = (self.next_room + 1) % self.cross.shape[0]
+                old = int(self.held_by[at])
+                if old < 0 or old not in need:
+                    break
+            if old >= 0:
+                self.cross_at[old] = -1
+            self.cross[at] = np.einsum("es,fs->ef", self.dev[layer], self.dev[layer]) / max(self.steps, 1)
+            self.cross_at[layer], self.held_by[at] = at, layer
+
+    def cross_layers(self) -> int:
+        """Layers whose covariances are held at once (a batch of layers must not exceed it)."""
+        return self.layers if self.cross is None else self.cross.shape[0]
 
     def _keep_steps(self, w: np.ndarray) -> None:
         if self.moments is None:
@@ -724,8 +780,11 @@ class MomentSearch(Search):
         centred = per_slot.reshape(self.layers, self.shape.gpus, -1, self.steps).sum(axis=2)  # [L, G, S]
         self.cov = np.einsum("les,lgs->leg", self.dev, centred) / max(self.steps, 1)  # [L, E, G]
         # Cov(w_e, w_f) of every pair, for a search that scores every move (the halves score few)
-        self.cross = None if self.few else np.zeros((self.layers, self.experts, self.experts))
-        self.crossed = np.zeros(self.layers, dtype=bool)
+        rooms = min(self.layers, max(1, CROSS_BYTES // (8 * self.experts**2)))
+        self.cross = None if self.few else np.zeros((rooms, self.experts, self.experts))
+        self.cross_at = np.full(self.layers, -1, dtype=np.int64)  # each layer's room, -1: none
+        self.held_by = np.full(rooms, -1, dtype=np.int64)
+        self.next_room = 0
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
@@ -754,6 +813,9 @@ class MomentSearch(Search):
         else:
             self.best_t[layers] = best
         return np.take_along_axis(bound, best[..., None], axis=-1)
+
+    def _gpu_means(self, layer: int) -> np.ndarray:
+        return np.asarray(self.mu[layer])
 
     def _peak_shares(self, active: np.ndarray) -> np.ndarray:
         gpus = self.shape.gpus
@@ -809,14 +871,15 @@ class MomentSearch(Search):
                 return False
             improved = np.zeros(active.size, dtype=bool)
             active = active[np.argsort(-self.objective[active], kind="stable")]
-            per_chunk = max(1, CHUNK // (3 * self.per_node**2 // 2))  # swaps and spare slots' gifts
+            per_chunk = max(1, int(CHUNK // (3 * self.per_node**2 // 2 * self._gift_weight())))
+            per_chunk = min(per_chunk, self.cross_layers())
             for at in range(0, active.size, per_chunk):
                 before = 0.0 if left is None else left()
                 if expired() or (left is not None and before < took):
                     return True
                 layers = active[at : at + per_chunk]
                 c = self._neighbourhood(layers)
-                cost = NS_PER_MOVE * c.e.size + self._cross_cost(layers)
+                cost = NS_PER_MOVE * self._scoring_units(c) + self._cross_cost(layers)
                 if self.work.used > 0 and not self.work.fits(cost):
                     return True
                 self.work.spend(cost)
@@ -847,8 +910,13 @@ class MomentSearch(Search):
             return self._candidate_objectives(self._counted(c))
         out = np.full(c.e.shape, np.inf)
         swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
-        if not swaps.all():
-            out[:, ~swaps] = self._gift_objectives(c, ~swaps)
+        if not swaps.all():  # in blocks of whole spare slots (each a run of a node's slots)
+            at = np.flatnonzero(~swaps)
+            width = max(1, GIFT_CELLS // (c.layer.size * self.per_node * self.shape.gpus)) * self.per_node
+            for first in range(0, at.size, width):
+                block = np.zeros(swaps.size, dtype=bool)
+                block[at[first : first + width]] = True
+                out[:, block] = self._gift_objectives(c, block)
         s = _columns(c, swaps)
         rows, b = s.layer[:, None], np.arange(s.layer.size)[:, None]
         f4 = np.float32

@@ -50,6 +50,13 @@ METHODS = ("comoe", "eplb")
 DISPATCHES = ("even", "lp")
 MAX_HISTORY_STEPS = 128  # steps scored per layer (spread evenly): the search's cost grows with them
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
+# the drop-in's size limits (docs/api.md "Limits"): far past public MoE models (the most routed
+# experts per layer today: 384, Kimi-K2; slots: 320 on 64 GPUs, DeepSeek-V3's largest EPLB
+# setting) and what keeps every array of the search within a few hundred MB
+MAX_LAYERS = 1024
+MAX_EXPERTS = 4096  # per layer: one layer's pairwise covariances are 134 MB at this size
+MAX_REPLICAS = 8192  # slots per layer
+MAX_GPUS = 1024
 MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; residency cannot import formats)
 # default work budget: this many times what EPLB's own packing takes (upstream's torch EPLB
 # measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
@@ -175,6 +182,7 @@ def rebalance_experts(
     seed = _count("seed", seed, low=0)
     move_cost = _real("move_cost", move_cost)
     effort = _effort(effort)
+    _check_limits(weight, num_replicas, num_gpus)
     load = _loads(weight, "weight")
     if load.ndim != 2 or 0 in load.shape:
         raise ArgumentError(f"weight must be [layers, experts], got shape {load.shape}")
@@ -616,6 +624,19 @@ def _count(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
     if high is not None and number > high:
         raise ArgumentError(f"{name} must be at most {high:,}, got {number:,}")
     return number
+
+
+def _check_limits(weight: Any, replicas: int, gpus: int) -> None:
+    """The documented size limits, checked before any array is built from the arguments."""
+    shape = tuple(int(d) for d in getattr(weight, "shape", ()))
+    if len(shape) == 2 and shape[0] > MAX_LAYERS:
+        raise ArgumentError(f"weight has {shape[0]:,} layers; at most {MAX_LAYERS:,}")
+    if len(shape) == 2 and shape[1] > MAX_EXPERTS:
+        raise ArgumentError(f"weight has {shape[1]:,} experts per layer; at most {MAX_EXPERTS:,}")
+    if replicas > MAX_REPLICAS:
+        raise ArgumentError(f"num_replicas must be at most {MAX_REPLICAS:,}, got {replicas:,}")
+    if gpus > MAX_GPUS:
+        raise ArgumentError(f"num_gpus must be at most {MAX_GPUS:,}, got {gpus:,}")
 
 
 def _check_sizes(shape: tuple[int, ...], replicas: int, groups: int, nodes: int, gpus: int) -> None:
