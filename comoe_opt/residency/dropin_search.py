@@ -81,7 +81,7 @@ CROSS_BYTES = 256 * 2**20
 MAX_NEIGHBOURHOOD = 2**20  # moves of one layer scored at once (beyond: its hottest GPUs' moves)
 # elements of one block of spare slots' gifts ([layers, spare slots, node's slots, GPUs], float32)
 GIFT_CELLS = 2**21
-CHUNK = 100_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
+CHUNK = 25_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
 EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
