@@ -71,7 +71,7 @@ def dump_shape(steps: np.ndarray, setup: ServingSetup) -> DumpShape:
         ids = tuple(int(i) for i in np.flatnonzero(steps.sum(axis=(0, 2)) > 0))
     elif experts != model.experts:
         raise ComoeError(
-            f"--counts: the dump has {experts} experts per layer; {model.name} has {model.experts}"
+            f"--counts: the dump has {experts} experts per layer; {model.name} has {model.experts} experts"
         )
     elif rows == model.model_layers:
         ids = model.moe_layer_ids
@@ -86,16 +86,17 @@ def dump_shape(steps: np.ndarray, setup: ServingSetup) -> DumpShape:
     return DumpShape(ids, rows, experts, count, float(picked.sum(axis=2).mean()))
 
 
-def slots_per_layer(setup: ServingSetup, experts: int, redundant: Sequence[int] = ()) -> int:
-    """`--slots`, or the experts plus `--redundant` (the smallest of a sweep's), or one per expert;
-    a multiple of the GPUs, at most one replica of each expert per GPU."""
+def slots_per_layer(setup: ServingSetup, experts: int, redundant: Sequence[int] = ()) -> tuple[int, str]:
+    """(slots per layer, the flag that set them): `--slots`, or the experts plus `--redundant` (the
+    smallest of a sweep's), or one per expert; a multiple of the GPUs, at most one replica of
+    each expert per GPU."""
     if setup.slots is not None:
         slots, flag = setup.slots, f"--slots {setup.slots}"
     else:
         extra = setup.redundant if setup.redundant is not None else min(redundant, default=0)
         slots, flag = experts + extra, f"--redundant {extra}"
     check_slots(slots, experts, setup.gpus, flag)
-    return slots
+    return slots, flag
 
 
 def check_slots(slots: int, experts: int, gpus: int, flag: str) -> None:
@@ -130,13 +131,13 @@ def serving_table(
         raise ComoeError(f"--nodes {setup.nodes}: must divide --gpus {setup.gpus}")
     if setup.expert_mb is not None and not (np.isfinite(setup.expert_mb) and 0 < setup.expert_mb <= 1e6):
         raise ComoeError(f"--expert-mb must be in (0, 1000000] MB, got {setup.expert_mb}")
-    slots = slots_per_layer(setup, shape.experts, redundant)
+    slots, flag = slots_per_layer(setup, shape.experts, redundant)
     layers = len(shape.layer_ids)
     if layers == 0:
         raise ComoeError("--counts: every layer's counts are zero: no load to plan on")
     expert_gb, size_note = _expert_size(setup, model)
     if model is not None or setup.expert_mb is not None:
-        check_memory(slots, setup.gpus, layers, expert_gb, f"--slots {slots}")
+        check_memory(slots, setup.gpus, layers, expert_gb, flag)
     top_k = model.top_k if model else 1
     per_gpu = slots // setup.gpus
     table: dict[str, Any] = {"name": model.name if model else dump.stem, "model": {}, "hardware": {}}
