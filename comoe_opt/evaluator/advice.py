@@ -45,9 +45,9 @@ def sweep_answer(sweep: dict[str, Any], theirs: str | None, unit: str, regime: R
     """The answer's lines for a `--redundant` sweep (P95 with flow routing per redundant slots)."""
     points = sorted(sweep["points"], key=lambda p: p["redundant"])
     lines = []
-    for peer in [p for p in (theirs, OURS) if p in sweep["peers"]]:
+    for peer in [p for p in (theirs, OURS) if p is not None and p in sweep["peers"]]:
         lines.append(knee_line(points, peer, unit))
-    if theirs in sweep["peers"]:
+    if theirs is not None and theirs in sweep["peers"]:
         knee = points[knee_index(points, theirs)]
         ours = knee[OURS]["gap_to_bound"] if OURS in sweep["peers"] else None
         lines.append(

@@ -784,7 +784,7 @@ class MomentSearch(Search):
         self.cross = None if self.few else np.zeros((rooms, self.experts, self.experts))
         self.cross_at = np.full(self.layers, -1, dtype=np.int64)  # each layer's room, -1: none
         self.held_by = np.full(rooms, -1, dtype=np.int64)
-        self.next_room = 0
+        self.next_room: int = 0
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
