@@ -30,6 +30,7 @@ HOST_LINK_GB_S = 64.0  # PCIe Gen5 x16, one direction: loads from host memory
 UNKNOWN_EXPERT_GB = 1.0  # without --model or --expert-mb: sizes are counted in experts
 UNKNOWN_HIDDEN = 4096  # without --model: activation width (token traffic only; compare does not report it)
 SCENARIOS = 8  # steps of each planning window the slow loop scores balance on (keeps the MILP small)
+MAX_TOKENS = 2**20  # tokens per step the instance allows (instance.WHY_TOKENS); counts scale to it
 REPLANS = 8  # the dump's steps are cut into this many re-plan windows
 
 
@@ -226,7 +227,7 @@ def serving_table(
     put("trace.path", str(dump.resolve()), "the load dump")
     put(
         "trace.tokens_per_batch",
-        max(1, round(shape.selections_per_step / top_k)),
+        min(MAX_TOKENS, max(1, round(shape.selections_per_step / top_k))),
         "tokens per step: the dump's mean selections per step and layer / top_k",
     )
     window = max(2, shape.steps // REPLANS)
