@@ -45,7 +45,11 @@ sums of the rest stay).
   all at once and applies each layer's best. A layer stops after `PATIENCE` iterations without
   an improving move.
 
-The search stops when every layer has stopped, or at the deadline.
+The search stops when every layer has stopped, or when its work budget (`Work`: moves scored,
+covariances and cut sums, counted at a typical machine's cost) is spent, so that where it stops
+depends on the input alone; a caller's opt-in deadline may stop it sooner. Where a node has more
+slots than a pass can score at once (`MAX_NEIGHBOURHOOD`), a layer scores the moves off its
+hottest GPUs; the experts' pairwise covariances are held for at most `CROSS_BYTES`.
 """
 
 from __future__ import annotations
