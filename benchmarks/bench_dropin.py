@@ -307,20 +307,18 @@ SAME_MAP = [
     " input gave different maps from call to call and from load to load. It now stops on a work"
     " budget sized from the input's shape (`ep_balance.work_budget`: moves scored, covariances and cut"
     " sums counted at a typical machine's cost, `dropin_search.NS_*`), never on the clock; the clock"
-    " cap is opt-in (`time_budget_s`). The constants were set so that the work matches what the clock"
+    " cap is opt-in (`time_budget_s`). The constants were set so that the work is what the clock"
     " budget allowed on a quiet host (load 0.4-0.6: one full pass with `previous`, 32,200 moves"
-    " scored, 34 ms; two without, 64,300, 26 ms): the default now makes one pass with `previous` and"
-    " about one and a half without, for `lp` about 1.5e8 cut sums on GPT-OSS shapes. Against the"
-    " clock-budget version's figures: `ours, even` -3.4% (the same), 0.092 of EPLB's moves (0.091);"
-    " `ours, lp` -10.3% (-10.3 to -10.8% over runs before); `ours, even, no previous` -4.2% (-4.5%:"
-    " about half a pass less). The replay, run twice on its first 24 windows, gives the same numbers"
-    " but for the time columns (tests/test_dropin_determinism.py checks maps under crawling and"
-    " jumping clocks). Upstream's torch EPLB was not run (torch is not installed here): the timing"
-    " table compares with our EPLB port; upstream measured 8x our port at GPT-OSS shapes and 11-17x"
-    " at DeepSeek-V3's before. On CPU time in one run (load 5-7), the default took 0.98-1.56x the"
-    " clock-budget version without `previous` on GPT-OSS windows (0.54 on one) and 0.44-0.59x on"
-    " DeepSeek-V3 shapes; under that load the clock cut the old one short, so the fair comparison is"
-    " the quiet host's, where the work is the same or less.",
+    " scored, 34 ms; two without, 64,300, 26 ms): the default makes one pass with `previous` and two"
+    " without on these shapes, and `lp` about 1.9e8 cut sums. Against the clock-budget version's"
+    " figures: `ours, even` -3.4% (the same), 0.092 of EPLB's moves (0.091); `ours, lp` -10.3% (-10.3"
+    " to -10.8% over runs before); `ours, even, no previous` -4.5% (the same); with 2.6 us per EPLB"
+    " slot instead of 3.3 (about one and a half passes without `previous`) it was -4.2%. The replay,"
+    " run twice on its first 24 windows, gives the same numbers but for the time columns"
+    " (tests/test_dropin_determinism.py checks maps under crawling and jumping clocks). Upstream's"
+    " torch EPLB was not run (torch is not installed here): the timing table compares with our EPLB"
+    " port, which upstream took 8x (GPT-OSS) and 11-17x (DeepSeek-V3) of before; ours / port was"
+    " 11 on GPT-OSS and 13-15 on DeepSeek-V3 in that run.",
     "",
 ]
 NOTES = [

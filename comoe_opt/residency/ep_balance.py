@@ -66,7 +66,7 @@ BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
 # host and inputs of dropin_search.NS_PER_MOVE): our EPLB port's packing per layer and slot
 # (1.8-3.8 us measured), and the starts' cost (moments, covariance-aware packing, alignment) per
 # layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
-EPLB_NS_PER_SLOT = 2600.0
+EPLB_NS_PER_SLOT = 3300.0
 START_NS_PER_CELL = 8.0
 MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
 # the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
