@@ -28,12 +28,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "comoe_opt"
 # lowest first; a module may import its own layer's modules and lower layers only
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "results", "schema", "files", "npzfile", "parallel", "highs", "costs", "deadline"),
-    ("instance",),
+    ("instance", "presets"),
     ("docs",),
     ("trace",),
     ("stats",),
     ("residency", "mapping"),
-    ("formats",),
+    ("formats", "serving"),
     ("planning",),
     ("evaluator",),
     ("bench",),

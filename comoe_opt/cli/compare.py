@@ -5,17 +5,25 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from comoe_opt.cli.serving import check_redundant, instance_and_steps, ready_output
 from comoe_opt.errors import ComoeError
+from comoe_opt.evaluator import advice
 from comoe_opt.evaluator import compare as cmp
 from comoe_opt.formats.counts import read_step_counts
-from comoe_opt.instance import load_instance
+from comoe_opt.stats.regime import counts_regime
 from comoe_opt.trace import instance_batches
 
 
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
-    instance = load_instance(args.instance)
+    instance, dumped = instance_and_steps(args, args.redundant or ())
+    ready_output(args.figure, "--figure")
+    sized = dumped is None or args.model is not None or args.expert_mb is not None  # GB are known
+    if args.redundant is not None:
+        check_redundant(instance, args.redundant, built=dumped is not None, sized=sized)
     model = instance.model
-    if args.counts is None:
+    if dumped is not None:
+        steps = dumped
+    elif args.counts is None:
         steps = cmp.step_counts(instance_batches(instance))
     else:
         steps = read_step_counts(
@@ -37,14 +45,22 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         hindsight_limit_s=args.hindsight_limit,
         bound_windows=args.bound_windows,
     )
+    regime = counts_regime(steps, instance.costs) if sized else None
+    theirs = advice.their_balancer(peers)
     if args.redundant is not None:
         sweep = cmp.redundancy_sweep(instance, steps, args.redundant, settings)
         if args.figure is not None:
             cmp.plot_redundancy(sweep, args.figure)
-        return {**sweep, "_text": cmp.redundancy_markdown(sweep)}
+        lines = advice.sweep_answer(sweep, theirs, "GB" if sized else "slots", regime)
+        return {**sweep, "answer": lines, "_text": _with_answer(cmp.redundancy_markdown(sweep), lines)}
     result = cmp.compare(instance, steps, settings)
     if args.figure is not None:
         cmp.plot_cdf(result, args.figure)
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
-    shown["_text"] = cmp.markdown(result)
+    shown["answer"] = advice.table_answer(result, theirs, regime)
+    shown["_text"] = _with_answer(cmp.markdown(result), shown["answer"])
     return shown
+
+
+def _with_answer(table: str, lines: list[str]) -> str:
+    return table + "\n\nAnswer:\n" + "\n".join(f"- {line}" for line in lines)

@@ -18,6 +18,19 @@ def cmd_instance_show(args: argparse.Namespace) -> dict[str, Any]:
     return {"instance": instance.name, "toml": instance.to_toml(), "_text": instance.to_toml()}
 
 
+def cmd_instance_new(args: argparse.Namespace) -> dict[str, Any]:
+    """The serving instance for a dump, written with every default's unit and source."""
+    from comoe_opt.cli.serving import ready_output, setup_of
+    from comoe_opt.files import atomic_path
+    from comoe_opt.serving import instance_toml
+
+    ready_output(args.output, "-o")
+    text = instance_toml(args.from_counts, setup_of(args))
+    with atomic_path(args.output) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return {"path": str(args.output), "toml": text, "_text": f"wrote {args.output}"}
+
+
 def cmd_trace_gen(args: argparse.Namespace) -> dict[str, Any]:
     instance = load_instance(args.instance)
     trace = instance_trace(instance)

@@ -69,6 +69,15 @@ def _data(verbs: Any) -> None:
         lazy("data", "cmd_instance_show"),
     )
     show.add_argument("instance", type=Path, help="instance TOML file")
+    new = add_verb(
+        inst,
+        "new",
+        "write the instance of serving GPUs for a load dump (each default with its unit and source)",
+        lazy("data", "cmd_instance_new"),
+    )
+    new.add_argument("--from-counts", type=Path, required=True, metavar="DUMP", help=COUNTS_HELP)
+    serving_flags(new, redundant=True)
+    new.add_argument("-o", "--output", type=Path, required=True, help="instance TOML file to write")
     trace = verbs.add_parser("trace", help="routing traces").add_subparsers(
         title="trace commands", metavar="COMMAND", parser_class=Parser
     )
@@ -96,7 +105,7 @@ def _solve(verbs: Any) -> None:
         "expert residency and replicas for a trace window (the slow loop)",
         lazy("solve", "cmd_solve"),
     )
-    sub.add_argument("instance", type=Path, help="instance TOML file")
+    sub.add_argument("instance", type=Path, nargs="?", help="instance TOML file (or --counts with --gpus)")
     source = sub.add_mutually_exclusive_group()
     source.add_argument("--trace", type=Path, help="per-token trace file instead of the instance's trace")
     source.add_argument(
@@ -130,6 +139,7 @@ def _solve(verbs: Any) -> None:
         choices=ENGINES,
         help="write the placement for a serving engine (see docs/placement-format.md)",
     )
+    serving_flags(sub, redundant=True)
 
 
 def _gap(verbs: Any) -> None:
@@ -165,7 +175,7 @@ def _compare(verbs: Any) -> None:
         " beside the oracle, the hindsight limit and the milp bound",
         lazy("compare", "cmd_compare"),
     )
-    cmp.add_argument("instance", type=Path, help="instance TOML file")
+    cmp.add_argument("instance", type=Path, nargs="?", help="instance TOML file (or --counts with --gpus)")
     cmp.add_argument("--counts", type=Path, help="per-step expert counts (SGLang recorder dump, .npz, JSON)")
     cmp.add_argument("--steps", type=int_in(0, 10**7), default=0, help="use the first N steps (0 = all)")
     cmp.add_argument(
@@ -181,7 +191,39 @@ def _compare(verbs: Any) -> None:
     cmp.add_argument(
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
     )
-    cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here")
+    cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
+    serving_flags(cmp, redundant=False)
+
+
+COUNTS_HELP = "per-step expert counts [steps, layers, experts] (SGLang recorder dump, .npz, JSON)"
+
+
+def serving_flags(sub: argparse.ArgumentParser, redundant: bool) -> None:
+    """The deployment of serving GPUs that `--counts DUMP` is planned for, with no instance file
+    (comoe_opt/serving.py): GPUs, nodes, slots and the model's expert size."""
+    group = sub.add_argument_group("serving GPUs, no instance file (with --counts)")
+    group.add_argument("--gpus", type=int_in(1, 1024), help="expert-parallel GPUs")
+    group.add_argument("--nodes", type=int_in(1, 1024), default=1, help="nodes the GPUs span (default 1)")
+    slots = group.add_mutually_exclusive_group() if redundant else group
+    slots.add_argument(
+        "--slots",
+        type=int_in(1, 10**6),
+        help="expert slots per layer over all GPUs (default: one per expert)",
+    )
+    if redundant:
+        slots.add_argument(
+            "--redundant", type=int_in(0, 10**6), help="redundant slots per layer beyond one per expert"
+        )
+    size = group.add_mutually_exclusive_group()
+    size.add_argument(
+        "--model",
+        metavar="NAME",
+        help="a public MoE model's preset: its expert size and MoE layers"
+        " (comoe_opt/presets.py: deepseek-v3, qwen3-30b-a3b, gpt-oss-120b, ...)",
+    )
+    size.add_argument(
+        "--expert-mb", type=float, metavar="MB", help="one expert's weights, MB (instead of --model)"
+    )
 
 
 def int_list(text: str) -> list[int]:

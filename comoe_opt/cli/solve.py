@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from comoe_opt.cli.common import option_into
+from comoe_opt.cli.serving import instance_and_steps, ready_output
 from comoe_opt.errors import ComoeError
 from comoe_opt.formats import ModelLayers, export_placement, launch_flags, write_placement
-from comoe_opt.instance import Instance, load_instance
+from comoe_opt.instance import Instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.residency import Placement
 from comoe_opt.residency.report import ModelReport, ResidencyResult
@@ -20,9 +21,12 @@ from comoe_opt.trace.batching import MicroBatches
 
 
 def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
-    instance = load_instance(args.instance)
     if args.export and not args.output:
         raise ComoeError("--export needs -o FILE")
+    if args.instance is None and args.rolling:
+        raise ComoeError("--rolling needs an instance file and a per-token trace")
+    ready_output(args.output, "-o")
+    instance, _ = instance_and_steps(args)
     instance = _with_scenarios(instance, args)
     instance = option_into(instance, "--time-limit", "policy.time_limit_s", args.time_limit)
     instance = option_into(instance, "--gap", "policy.mip_gap", args.gap)

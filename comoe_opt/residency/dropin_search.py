@@ -45,7 +45,11 @@ sums of the rest stay).
   all at once and applies each layer's best. A layer stops after `PATIENCE` iterations without
   an improving move.
 
-The search stops when every layer has stopped, or at the deadline.
+The search stops when every layer has stopped, or when its work budget (`Work`: moves scored,
+covariances and cut sums, counted at a typical machine's cost) is spent, so that where it stops
+depends on the input alone; a caller's opt-in deadline may stop it sooner. Where a node has more
+slots than a pass can score at once (`MAX_NEIGHBOURHOOD`), a layer scores the moves off its
+hottest GPUs; the experts' pairwise covariances are held for at most `CROSS_BYTES`.
 """
 
 from __future__ import annotations
@@ -75,13 +79,49 @@ GUIDED = 0.5
 # to independent; 1, 4, 8 and 16 were measured (benchmarks/results/dropin.md)
 CROSS_BLOCK: int | None = 8
 CROSS_TRIES = 8  # a layer's best improving moves checked on the halves per pass, best first
-CHUNK = 100_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
+# bytes of the experts' pairwise covariances held at once (ahead of the rest: 134 MB a layer at
+# the drop-in's limit of 4,096 experts; DeepSeek-V3's 58 layers of 256 hold 30 MB)
+CROSS_BYTES = 256 * 2**20
+MAX_NEIGHBOURHOOD = 2**20  # moves of one layer scored at once (beyond: its hottest GPUs' moves)
+# elements of one block of spare slots' gifts ([layers, spare slots, node's slots, GPUs], float32)
+GIFT_CELLS = 2**21
+CHUNK = 25_000  # moves `descend` scores at once (bounds its memory and its overrun of a deadline)
 EXTRA_MOVES = 3  # even: further moves per layer and iteration, each re-scored before it is applied
 DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an expected peak (even)
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
 PATIENCE = {"even": 3, "lp": 5}
 MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so the search ends anyway
 POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
+
+
+# The search's work, counted in what it takes on a typical machine (nanoseconds of one core of the
+# project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs, GPT-OSS and
+# DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a budget; the count
+# itself, not the clock, decides where a search stops.
+NS_PER_MOVE = 550.0  # even: one move scored (a swap or a spare slot's gift, halves' checks included)
+NS_PER_PAIR_STEP = 0.8  # even: one (expert pair, step) term of a layer's covariances, once per layer
+NS_PER_CELL = 5.0  # lp: one (GPU set, step) sum of a candidate, or of an exact best split
+
+
+class Work:
+    """A budget of work (model nanoseconds, the `NS_*` costs) that the search spends as it
+    scores, so that where it stops depends on the input alone, never on the machine or its load."""
+
+    def __init__(self, budget: float = float("inf")):
+        self.budget, self.used = budget, 0.0
+        self.refused = False  # a batch of work was not begun: it would have gone past the budget
+
+    def spend(self, units: float) -> None:
+        self.used += units
+
+    def fits(self, units: float) -> bool:
+        """Whether `units` more stay within the budget (if not, the budget counts as spent)."""
+        self.refused |= self.used + units > self.budget
+        return not self.refused
+
+    @property
+    def spent(self) -> bool:
+        return self.refused or self.used >= self.budget
 
 
 @dataclass(frozen=True)
@@ -257,6 +297,7 @@ class Search:
         self._reset_scores()
         self.start_objective = self.objective.copy()
         self.applied = 0
+        self.work = Work()  # the caller's budget replaces it
 
     # -------------------------------------------------------------- state
 
@@ -292,6 +333,7 @@ class Search:
         """Refresh the layer's pool sums; its per-step makespans: exact when the sets can be
         enumerated (each step's bottleneck joins the pool), else on the pool."""
         if self.enumerated:
+            self._spend_enumerated()
             spans, worst = _enumerated(self.masks(layer), self.w[layer], self.shape.gpus)
             self.sets[layer] = np.union1d(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
@@ -304,6 +346,7 @@ class Search:
         masks = self.masks(layer)
         bits = np.int64(1) << np.arange(self.shape.gpus, dtype=np.int64)
         masks[c.e[row, k]], masks[c.f[row, k]] = (c.na[row, k] > 0) @ bits, (c.nb[row, k] > 0) @ bits
+        self._spend_enumerated()
         spans, worst = _enumerated(masks, self.w[layer], self.shape.gpus)
         prev = None if self.prev is None else self.prev[layer]
         n = self.n[layer].copy()
@@ -314,6 +357,11 @@ class Search:
         self.sets[layer] = np.union1d(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
         return False
+
+    def _spend_enumerated(self) -> None:
+        """One exact best split of a layer's steps: every GPU set's sum built in G passes."""
+        if hasattr(self, "work"):  # the start's scores are not the search's
+            self.work.spend(NS_PER_CELL * (1 << self.shape.gpus) * self.steps * (self.shape.gpus + 1))
 
     # -------------------------------------------------------------- moves
 
@@ -480,6 +528,7 @@ class Search:
             new = ((after > 0).astype(np.int64) @ bits)[..., None]
             old = masks[rows, expert][..., None]
             changes.append((((new & ~pool) == 0).astype(np.float32) - ((old & ~pool) == 0))[..., None])
+        self.work.spend(NS_PER_CELL * b * c.e.shape[1] * width * self.steps)
         loads = work[:, None] + self.wt[rows, c.e][:, :, None, :] * changes[0]  # [B, K, P, S]
         loads += self.wt[rows, c.f][:, :, None, :] * changes[1]
         loads /= _sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
@@ -516,7 +565,7 @@ class Search:
             active = np.flatnonzero(idle < PATIENCE[self.shape.dispatch])
             if active.size == 0:
                 return False
-            if expired():
+            if expired() or self.work.spent:
                 return True
             c = self._draw(active)
             objective = self._candidate_objectives(c)
@@ -548,12 +597,11 @@ class Search:
     def _neighbourhood(self, layers: np.ndarray) -> _Candidates:
         """Every move of the layers: each swap of two slots on different GPUs of a node, and each
         slot of an expert with a spare replica given to any other slot's expert of its node."""
-        slots_n = self.slots.shape[1]
-        i, j = np.divmod(np.arange(slots_n * slots_n), slots_n)
-        keep = (i // self.per_node == j // self.per_node) & (i // self.per_gpu < j // self.per_gpu)
-        si, sj = i[keep], j[keep]
+        si, sj, hot = self._slot_pairs(layers)
         rows = layers[:, None]
         spare = self.n[rows, self.slots[layers]].sum(axis=-1) >= 2  # [B, slots]
+        if hot is not None:  # only the hot GPUs' spare slots are given away
+            spare &= hot[np.arange(self.slots.shape[1]) // self.per_gpu][None, :]
         width = max(1, int(spare.sum(axis=1).max()))
         ri = np.argsort(~spare, axis=1, kind="stable")[:, :width]  # spare slots first
         has = np.take_along_axis(spare, ri, axis=1)
@@ -567,6 +615,43 @@ class Search:
         found = np.ones(i.shape, dtype=bool)
         found[:, si.size :] = np.repeat(has, self.per_node, axis=1)
         return self._moves(layers, i, j, swap, found, counts=False)
+
+    def _slot_pairs(self, layers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(slot i, slot j) of every swap of two slots on different GPUs of a node, and None; a
+        single layer whose node has too many slots for that (`MAX_NEIGHBOURHOOD`) gets the swaps
+        that take a slot off one of its hottest GPUs (by mean load, ties to the lower GPU), the
+        only GPUs whose peak a swap can lower, and those GPUs as a mask."""
+        slots_n, per_node, per_gpu = self.slots.shape[1], self.per_node, self.per_gpu
+        if 3 * per_node * per_node // 2 * self._gift_weight() <= MAX_NEIGHBOURHOOD or layers.size != 1:
+            i, j = np.divmod(np.arange(slots_n * per_node), per_node)
+            j += i // per_node * per_node  # j runs over i's node only
+            keep = i // per_gpu < j // per_gpu
+            return i[keep], j[keep], None
+        gpus = self.shape.gpus
+        count = max(1, int(MAX_NEIGHBOURHOOD // (per_gpu * per_node * self._gift_weight())))
+        load = self._gpu_means(int(layers[0]))
+        hot = np.zeros(gpus, dtype=bool)
+        hot[np.argsort(-load, kind="stable")[:count]] = True
+        i = np.flatnonzero(hot[np.arange(slots_n) // per_gpu])
+        j = (i // per_node * per_node)[:, None] + np.arange(per_node)[None, :]
+        i = np.broadcast_to(i[:, None], j.shape)
+        gi, gj = i // per_gpu, j // per_gpu
+        keep = (gi != gj) & (~hot[gj] | (gi < gj))  # a pair of two hot GPUs once
+        return i[keep], j[keep], hot
+
+    def _gift_weight(self) -> float:
+        """What scoring a spare slot's gift costs, in swaps: it touches every GPU (a swap two),
+        and the costs were measured at 8 GPUs."""
+        return max(1.0, self.shape.gpus / 8)
+
+    def _scoring_units(self, c: _Candidates) -> float:
+        """The moves `c` holds, each gift weighted by `_gift_weight`."""
+        gifts = int((~c.swap).sum())
+        return c.swap.size - gifts + gifts * self._gift_weight()
+
+    def _gpu_means(self, layer: int) -> np.ndarray:
+        """[G] each GPU's mean load over the steps."""
+        return self.gpu_rows[layer].mean(axis=-1)
 
     def _confirmed(
         self, c: _Candidates, objective: np.ndarray, current: np.ndarray, better: np.ndarray, best: np.ndarray
@@ -649,18 +734,39 @@ class MomentSearch(Search):
         best[rows] = order[np.arange(rows.size), ok.argmax(axis=1)]
         return better, best
 
+    def _cross_cost(self, layers: np.ndarray) -> float:
+        """The work of the layers' covariances not yet at hand (`_cross`)."""
+        if self.cross is None:
+            return 0.0
+        fresh = int((self.cross_at[np.unique(layers)] < 0).sum())
+        return NS_PER_PAIR_STEP * fresh * self.experts**2 * self.steps
+
     def _cross(self, layers: np.ndarray, e: np.ndarray, f: np.ndarray) -> np.ndarray:
-        """Cov(w_e, w_f) (broadcast indices)."""
+        """Cov(w_e, w_f) (broadcast indices); a search that scores every move keeps each layer's
+        pairs from when first asked for, in at most `CROSS_BYTES` (the oldest layer not asked for
+        now makes room; all layers fit at the shapes engines use)."""
         if self.cross is not None:
-            need = np.unique(layers)
-            need = need[~self.crossed[need]]
-            if need.size:  # each layer's pairs when first asked for: a deadline may spare the rest
-                self.cross[need] = np.einsum("les,lfs->lef", self.dev[need], self.dev[need]) / max(
-                    self.steps, 1
-                )
-                self.crossed[need] = True
-            return np.asarray(self.cross[layers, e, f])
+            self._hold_cross(np.unique(layers))
+            return np.asarray(self.cross[self.cross_at[layers], e, f])
         return np.asarray((self.dev[layers, e] * self.dev[layers, f]).mean(axis=-1))
+
+    def _hold_cross(self, need: np.ndarray) -> None:
+        assert self.cross is not None
+        for layer in need[self.cross_at[need] < 0].tolist():
+            while True:  # the next room round the ring whose layer is not needed now
+                at = self.next_room
+                self.next_room = (self.next_room + 1) % self.cross.shape[0]
+                old = int(self.held_by[at])
+                if old < 0 or old not in need:
+                    break
+            if old >= 0:
+                self.cross_at[old] = -1
+            self.cross[at] = np.einsum("es,fs->ef", self.dev[layer], self.dev[layer]) / max(self.steps, 1)
+            self.cross_at[layer], self.held_by[at] = at, layer
+
+    def cross_layers(self) -> int:
+        """Layers whose covariances are held at once (a batch of layers must not exceed it)."""
+        return self.layers if self.cross is None else self.cross.shape[0]
 
     def _keep_steps(self, w: np.ndarray) -> None:
         if self.moments is None:
@@ -678,8 +784,11 @@ class MomentSearch(Search):
         centred = per_slot.reshape(self.layers, self.shape.gpus, -1, self.steps).sum(axis=2)  # [L, G, S]
         self.cov = np.einsum("les,lgs->leg", self.dev, centred) / max(self.steps, 1)  # [L, E, G]
         # Cov(w_e, w_f) of every pair, for a search that scores every move (the halves score few)
-        self.cross = None if self.few else np.zeros((self.layers, self.experts, self.experts))
-        self.crossed = np.zeros(self.layers, dtype=bool)
+        rooms = min(self.layers, max(1, CROSS_BYTES // (8 * self.experts**2)))
+        self.cross = None if self.few else np.zeros((rooms, self.experts, self.experts))
+        self.cross_at = np.full(self.layers, -1, dtype=np.int64)  # each layer's room, -1: none
+        self.held_by = np.full(rooms, -1, dtype=np.int64)
+        self.next_room: int = 0
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
@@ -708,6 +817,9 @@ class MomentSearch(Search):
         else:
             self.best_t[layers] = best
         return np.take_along_axis(bound, best[..., None], axis=-1)
+
+    def _gpu_means(self, layer: int) -> np.ndarray:
+        return np.asarray(self.mu[layer])
 
     def _peak_shares(self, active: np.ndarray) -> np.ndarray:
         gpus = self.shape.gpus
@@ -751,10 +863,11 @@ class MomentSearch(Search):
     ) -> bool:
         """Steepest descent: every move of every active layer scored (the worst layers first), each
         layer's best improving one that the halves confirm applied (and up to `EXTRA_MOVES` more,
-        re-scored), until no layer improves, after `iterations` passes or when `expired()` (read
-        before each chunk of about `CHUNK` moves). With `left` (seconds left of the budget), a
-        chunk is not begun when the last one took longer than what is left. True when the
-        deadline cut it short."""
+        re-scored), until no layer improves, after `iterations` passes, or when the next chunk of
+        about `CHUNK` moves would take `self.work` past its budget (the first chunk always runs)
+        or `expired()` (an opt-in clock, read before each chunk). With `left` (seconds left of
+        that clock), a chunk is not begun when the last one took longer than what is left. True
+        when the work budget or the clock cut it short."""
         active = np.arange(self.layers)
         took = 0.0
         for _ in range(MAX_ITERATIONS if iterations is None else min(iterations, MAX_ITERATIONS)):
@@ -762,13 +875,18 @@ class MomentSearch(Search):
                 return False
             improved = np.zeros(active.size, dtype=bool)
             active = active[np.argsort(-self.objective[active], kind="stable")]
-            per_chunk = max(1, CHUNK // (3 * self.per_node**2 // 2))  # swaps and spare slots' gifts
+            per_chunk = max(1, int(CHUNK // (3 * self.per_node**2 // 2 * self._gift_weight())))
+            per_chunk = min(per_chunk, self.cross_layers())
             for at in range(0, active.size, per_chunk):
                 before = 0.0 if left is None else left()
                 if expired() or (left is not None and before < took):
                     return True
                 layers = active[at : at + per_chunk]
                 c = self._neighbourhood(layers)
+                cost = NS_PER_MOVE * self._scoring_units(c) + self._cross_cost(layers)
+                if self.work.used > 0 and not self.work.fits(cost):
+                    return True
+                self.work.spend(cost)
                 objective = self._all_objectives(c)
                 best = objective.argmin(axis=1)
                 current = self.objective[layers]
@@ -796,8 +914,13 @@ class MomentSearch(Search):
             return self._candidate_objectives(self._counted(c))
         out = np.full(c.e.shape, np.inf)
         swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
-        if not swaps.all():
-            out[:, ~swaps] = self._gift_objectives(c, ~swaps)
+        if not swaps.all():  # in blocks of whole spare slots (each a run of a node's slots)
+            at = np.flatnonzero(~swaps)
+            width = max(1, GIFT_CELLS // (c.layer.size * self.per_node * self.shape.gpus)) * self.per_node
+            for first in range(0, at.size, width):
+                block = np.zeros(swaps.size, dtype=bool)
+                block[at[first : first + width]] = True
+                out[:, block] = self._gift_objectives(c, block)
         s = _columns(c, swaps)
         rows, b = s.layer[:, None], np.arange(s.layer.size)[:, None]
         f4 = np.float32

@@ -19,12 +19,15 @@ it where it calls EPLB. It needs no instance file: devices, slots and loads are 
 The search keeps EPLB's shape: every expert at least once, `num_replicas / num_gpus` slots per
 GPU, and in hierarchical mode every replica on the node its group is on. A move is kept only
 when it lowers the layer's objective (score + `move_cost` per expert moved off `previous`), so
-the plan never scores worse than its start. It stops when no layer improves or at
-`time_budget_s`; the default budget grows as layers × slots, as EPLB's own packing does. Given
-`previous`, experts that stay on their GPU keep their slot, and the `even` search makes one pass
-(`PASSES_GIVEN_PREVIOUS`): each layer's best move and a few more, the next call going on from the
-plan it leaves. The `even` search is deterministic and `lp`'s moves are drawn from a seeded
-generator: the same input gives the same plan when the search ends before the budget.
+the plan never scores worse than its start. It stops when no layer improves or when its work
+budget is spent: moves scored, covariances and cut sums counted at a typical machine's cost
+(`work_budget`, sized from the input's shape as EPLB's own packing is), never read off the
+clock. Given `previous`, experts that stay on their GPU keep their slot, and the `even` search
+makes one pass (`PASSES_GIVEN_PREVIOUS`): each layer's best move and a few more, the next call
+going on from the plan it leaves. `lp`'s moves are drawn from a seeded generator. The same input
+gives the same plan on any machine and under any load, as every rank of an engine that runs the
+balancer on its own copy of the all-reduced loads needs; only the opt-in `time_budget_s` makes
+the plan depend on timing.
 """
 
 from __future__ import annotations
@@ -47,11 +50,24 @@ METHODS = ("comoe", "eplb")
 DISPATCHES = ("even", "lp")
 MAX_HISTORY_STEPS = 128  # steps scored per layer (spread evenly): the search's cost grows with them
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
+# the drop-in's size limits (docs/api.md "Limits"): far past public MoE models (the most routed
+# experts per layer today: 384, Kimi-K2; slots: 320 on 64 GPUs, DeepSeek-V3's largest EPLB
+# setting) and what keeps every array of the search within a few hundred MB
+MAX_LAYERS = 1024
+MAX_EXPERTS = 4096  # per layer: one layer's pairwise covariances are 134 MB at this size
+MAX_REPLICAS = 8192  # slots per layer
+MAX_GPUS = 1024
 MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; residency cannot import formats)
-# default budget: this many times what EPLB's own plan took in the call (upstream's torch EPLB
-# measured 8-16x our port on the same inputs, so `even` stays within twice upstream's time); the
-# best split costs about thirty times more to score
+# default work budget: this many times what EPLB's own packing takes (upstream's torch EPLB
+# measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
+# the best split costs about thirty times more to score
 BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
+# what the budget is counted in (dropin_search.Work: model nanoseconds of a typical machine, the
+# host and inputs of dropin_search.NS_PER_MOVE): our EPLB port's packing per layer and slot
+# (1.8-3.8 us measured), and the starts' cost (moments, covariance-aware packing, alignment) per
+# layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
+EPLB_NS_PER_SLOT = 3300.0
+START_NS_PER_CELL = 8.0
 MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
 # the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
 # load is least (chosen on GPT-OSS windows 1-32 among 0, 0.674, 1, 1.5 and 2)
@@ -84,8 +100,9 @@ class Report:
     eplb_moved: int  # EPLB's plan, kept in place the same way
     redundancy_gain: float | None  # share of EPLB's score bought by the redundant slots (None: none)
     redundancy_noise: float | None  # two standard errors of that gain over the steps
-    stopped_by_time: bool
+    stopped_by_time: bool  # the opt-in `time_budget_s` cut the search short
     seconds: float
+    stopped_by_work: bool = False  # the work budget did (the plan is still the input's alone)
 
     @property
     def redundancy_measurable(self) -> bool | None:
@@ -96,7 +113,8 @@ class Report:
     def summary(self) -> str:
         lines = [
             f"{self.method} for {self.dispatch} dispatch on {self.planned_on} in {self.seconds:.3f} s"
-            + (" (stopped by time_budget_s)" if self.stopped_by_time else ""),
+            + (" (stopped by time_budget_s)" if self.stopped_by_time else "")
+            + (" (stopped at its work budget)" if self.stopped_by_work else ""),
             f"mean per-step max/mean GPU load: {self.score:.4f} (EPLB {self.eplb_score:.4f})",
             f"experts moved: {self.moved} (EPLB kept in place: {self.eplb_moved})",
         ]
@@ -127,6 +145,7 @@ def rebalance_experts(
     move_cost: float = MOVE_COST,
     time_budget_s: float | None = None,
     moves: int | None = None,
+    effort: float = 1.0,
     seed: int = 0,
     explain: bool = False,
     clock: Callable[[], float] = time.perf_counter,
@@ -139,10 +158,16 @@ def rebalance_experts(
     an engine recorder's unused rows, are dropped; if every step is zero, `weight` is planned on,
     as EPLB would). `previous` [layers, num_replicas] is the engine's current `phy2log`: experts
     that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
-    max/mean). The search stops when nothing improves or after `time_budget_s` seconds of the
-    call on `clock` (default: 15 times what EPLB's plan took, 300 for `lp`); `moves` caps the moves
-    scored per layer (given alone, it replaces the default budget: a deterministic plan). A bad
-    argument raises `ArgumentError` (a `ValueError`) naming it.
+    max/mean). The search stops when nothing improves or when its work budget is spent
+    (`work_budget` of the input's shape, times `effort`; `float("inf")`: until nothing improves):
+    the result is a function of the arguments alone. `moves` caps the moves scored per layer
+    instead (given, it replaces the work budget). A bad argument raises `ArgumentError` (a
+    `ValueError`) naming it.
+
+    `time_budget_s` (off by default) adds a hard wall-clock cap, read on `clock` from the start
+    of the call. With it the result depends on timing: the machine, its load, the moment. Engines
+    that run the balancer on every rank must then compute it on rank 0 only and broadcast rank
+    0's map, or ranks will route tokens to experts that are not where the others put them.
     """
     began = clock()
     if method not in METHODS:
@@ -156,6 +181,8 @@ def rebalance_experts(
     cap = None if moves is None else _count("moves", moves, low=0, high=MAX_MOVES)
     seed = _count("seed", seed, low=0)
     move_cost = _real("move_cost", move_cost)
+    effort = _effort(effort)
+    _check_limits(weight, num_replicas, num_gpus)
     load = _loads(weight, "weight")
     if load.ndim != 2 or 0 in load.shape:
         raise ArgumentError(f"weight must be [layers, experts], got shape {load.shape}")
@@ -166,12 +193,11 @@ def rebalance_experts(
     prev = _previous(previous, layers, num_replicas, experts)
     hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
     shape = search.Shape(num_gpus, num_nodes if hierarchical else 1, dispatch)
-    eplb_began = clock()
     eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     eplb_map = eplb_out[0]
-    if budget is None:  # a caller who caps the moves asked for a plan that does not hang on the clock
-        budget = float("inf") if cap is not None else BUDGET_TIMES_EPLB[dispatch] * (clock() - eplb_began)
     scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
+    budget_ns = work_budget(dispatch, layers, num_replicas, num_gpus, scenarios.shape[1])
+    work = search.Work(float("inf") if cap is not None else budget_ns * effort)
     w = search.normalised(scenarios, num_gpus)
     prev_n = None if prev is None else search.replica_counts(prev, experts, num_gpus)
     if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
@@ -186,20 +212,9 @@ def rebalance_experts(
         # given the map in service, a move off it must lower the objective on each half of the steps
         halves = search.half_moments(w) if dispatch == "even" and prev is not None else None
         start = _best_start(starts, w, shape, prev_n, move_cost, moments, halves)
-        deadline = began + budget
+        expired, left = _clock_cap(clock, began, budget)
         plan, stopped = _search(
-            start,
-            w,
-            shape,
-            prev_n,
-            move_cost,
-            seed,
-            cap,
-            lambda: clock() >= deadline,
-            moments,
-            packed,
-            halves,
-            lambda: deadline - clock(),
+            start, w, shape, prev_n, move_cost, seed, cap, expired, moments, packed, halves, left, work
         )
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
@@ -211,9 +226,32 @@ def rebalance_experts(
         report = _report(
             method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, clock() - began, moments
         )
+        by_work = stopped and work.spent
+        report = _replace(report, stopped_by_time=stopped and not by_work, stopped_by_work=by_work)
         report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
         out = (*out, report)
     return _as_input(out, weight)
+
+
+def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int) -> float:
+    """The search's default work budget (dropin_search.Work), from the input's shape alone:
+    `BUDGET_TIMES_EPLB` times EPLB's packing at `EPLB_NS_PER_SLOT`, less (for `even`) the starts'
+    cost at `START_NS_PER_CELL`. The search's first batch of moves runs whatever the budget."""
+    budget = BUDGET_TIMES_EPLB[dispatch] * EPLB_NS_PER_SLOT * layers * replicas
+    if dispatch == "even":
+        budget -= START_NS_PER_CELL * layers * replicas * gpus * steps
+    return max(budget, 0.0)
+
+
+def _clock_cap(
+    clock: Callable[[], float], began: float, budget: float | None
+) -> tuple[Callable[[], bool], Callable[[], float] | None]:
+    """(whether the opt-in wall-clock cap has passed, seconds left of it); without a cap the
+    clock is never read and the plan depends on the input alone."""
+    if budget is None:
+        return (lambda: False), None
+    deadline = began + budget
+    return (lambda: clock() >= deadline), (lambda: deadline - clock())
 
 
 def gpu_loads(phy2log: np.ndarray, load: np.ndarray, gpus: int) -> np.ndarray:
@@ -291,15 +329,19 @@ def _search(
     target: np.ndarray | None = None,
     halves: tuple[search.Moments, search.Moments] | None = None,
     left: Callable[[], float] | None = None,
+    work: search.Work | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """(plan, whether the deadline cut the search short); `left`: seconds left of the budget."""
+    """(plan, whether the work budget or the opt-in clock cut the search short); `left`: seconds
+    left of the clock's budget (None: no clock)."""
     rng = np.random.default_rng(seed)
+    work = search.Work() if work is None else work
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
         if shape.dispatch == "even":
             moment_run = search.MomentSearch(
                 start, w, shape, prev_n, move_cost, rng, moments=moments, halves=halves
             )
+            moment_run.work = work
             passes = None if cap is None else -(-cap // moment_run.neighbourhood_size())
             if passes is None and prev_n is not None:
                 passes = PASSES_GIVEN_PREVIOUS
@@ -307,6 +349,7 @@ def _search(
             stopped = moment_run.descend(expired, passes, left)
         else:
             run = search.Search(start, w, shape, prev_n, move_cost, rng, target=target)
+            run.work = work
             stopped = run.run(expired, iterations)
         plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
         if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
@@ -318,7 +361,7 @@ def _search(
             worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost, None)]
             plan[worse] = start[worse]
         return plan, stopped
-    return _pooled_search(start, w, shape, prev_n, move_cost, rng, iterations, expired)
+    return _pooled_search(start, w, shape, prev_n, move_cost, rng, iterations, expired, work)
 
 
 def _pooled_search(
@@ -330,17 +373,19 @@ def _pooled_search(
     rng: np.random.Generator,
     iterations: int | None,
     expired: Callable[[], bool],
+    work: search.Work,
 ) -> tuple[np.ndarray, bool]:
     """`lp` on more GPUs than can be enumerated: the search runs on a pool of GPU sets (each GPU,
     all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
     and kept per layer only where it is better, so the plan is never worse, exactly, than `start`."""
     best = start.copy()
     scored = _exact(best, w, shape, prev_n, move_cost, None, expired)
-    if scored is None:  # the min cuts of the start alone took the budget
+    if scored is None:  # the min cuts of the start alone took the clock's budget
         return best, True
     value, pools = scored
     for _ in range(search.POOL_ROUNDS):
         run = search.Search(best, w, shape, prev_n, move_cost, rng, pools=pools)
+        run.work = work
         if run.run(expired, iterations):
             return best, True  # a round cut short is not checked: the last checked plan stands
         scored = _exact(run.slots, w, shape, prev_n, move_cost, pools, expired)
@@ -361,7 +406,8 @@ def _exact(
     expired: Callable[[], bool],
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut; None
-    when the deadline passes first."""
+    when the opt-in clock's deadline passes first (the min cuts are not cut by work: a round's
+    result is always checked)."""
     n = search.replica_counts(plan, w.shape[-1], shape.gpus)
     values, grown = np.empty(plan.shape[0]), []
     for layer in range(plan.shape[0]):
@@ -539,6 +585,16 @@ def _real(name: str, value: Any) -> float:
     return number
 
 
+def _effort(value: Any) -> float:
+    """A positive multiple of the work budget; infinity runs the search until nothing improves."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgumentError(f"effort must be a real number, got {_shown(value)}")
+    number = float(value)
+    if np.isnan(number) or number <= 0:
+        raise ArgumentError(f"effort must be positive, got {number!r}")
+    return number
+
+
 def _log2phy(phy2log: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
     """Each expert's slots in ascending order, −1 padded to the most replicas of any expert."""
     layers, experts = logcnt.shape
@@ -568,6 +624,19 @@ def _count(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
     if high is not None and number > high:
         raise ArgumentError(f"{name} must be at most {high:,}, got {number:,}")
     return number
+
+
+def _check_limits(weight: Any, replicas: int, gpus: int) -> None:
+    """The documented size limits, checked before any array is built from the arguments."""
+    shape = tuple(int(d) for d in getattr(weight, "shape", ()))
+    if len(shape) == 2 and shape[0] > MAX_LAYERS:
+        raise ArgumentError(f"weight has {shape[0]:,} layers; at most {MAX_LAYERS:,}")
+    if len(shape) == 2 and shape[1] > MAX_EXPERTS:
+        raise ArgumentError(f"weight has {shape[1]:,} experts per layer; at most {MAX_EXPERTS:,}")
+    if replicas > MAX_REPLICAS:
+        raise ArgumentError(f"num_replicas must be at most {MAX_REPLICAS:,}, got {replicas:,}")
+    if gpus > MAX_GPUS:
+        raise ArgumentError(f"num_gpus must be at most {MAX_GPUS:,}, got {gpus:,}")
 
 
 def _check_sizes(shape: tuple[int, ...], replicas: int, groups: int, nodes: int, gpus: int) -> None:

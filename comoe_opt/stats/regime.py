@@ -67,14 +67,29 @@ class Regime:
 
 def batch_regime(experts: np.ndarray, num_experts: int, costs: Costs) -> Regime:
     """The regime of micro-batches `experts[b, s, l, r]` on the devices `costs` describes."""
-    flop = np.asarray(costs.flop_ms, dtype=np.float64)
-    read = np.asarray(costs.read_ms, dtype=np.float64)
-    ratio = np.where(flop > 0, read / np.maximum(flop, 1e-300), np.inf)
-    crossover = float(np.min(np.broadcast_to(ratio, np.broadcast(read, flop).shape)))
+    crossover = _crossover(costs)
     batches, _, layers, _ = experts.shape
     offsets = (np.arange(batches * layers, dtype=np.int64) * num_experts).reshape(batches, 1, layers, 1)
     flat = (experts.astype(np.int64) + offsets).ravel()
     loads = np.bincount(flat, minlength=batches * layers * num_experts)
+    return _regime(loads, crossover)
+
+
+def counts_regime(steps: np.ndarray, costs: Costs) -> Regime:
+    """The regime of per-step expert counts `steps[t, l, e]` (a recorder dump: each count a token
+    that selected the expert) on the devices `costs` describes."""
+    return _regime(np.asarray(steps).ravel(), _crossover(costs))
+
+
+def _crossover(costs: Costs) -> float:
+    flop = np.asarray(costs.flop_ms, dtype=np.float64)
+    read = np.asarray(costs.read_ms, dtype=np.float64)
+    ratio = np.where(flop > 0, read / np.maximum(flop, 1e-300), np.inf)
+    return float(np.min(np.broadcast_to(ratio, np.broadcast(read, flop).shape)))
+
+
+def _regime(loads: np.ndarray, crossover: float) -> Regime:
+    """The regime of (step, layer, expert) loads, active or not, against `crossover` tokens."""
     active = loads[loads > 0]
     if active.size == 0:
         return Regime(crossover, 0.0, 0.0)

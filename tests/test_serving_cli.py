@@ -1,0 +1,200 @@
+"""A serving engineer's first commands: a recorder dump and a GPU count, no instance file.
+
+An SGLang-style dump ([steps, model layers, experts] counts; a dense layer's row all zero) goes
+through `compare --counts DUMP --gpus 8 --redundant 8,16` and `solve --counts DUMP --gpus 8
+--export sglang`; the answer's lines are checked against the table's numbers. Then the hostile
+inputs of the new flags, each refused in one line before any work."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from comoe_opt.evaluator import advice
+from comoe_opt.instance import load_instance
+from comoe_opt.presets import PRESETS
+from comoe_opt.serving import ServingSetup, counts_instance
+
+EXPERTS, MOE_LAYERS, STEPS = 16, 3, 24
+
+
+def _dump(tmp_path: Path, experts: int = EXPERTS, rows: int = MOE_LAYERS + 1, name: str = "dump.npz") -> Path:
+    """SGLang's recorder layout: one row per model layer, the dense layer 0 all zero, bursty
+    per-step counts of 32 tokens in flight at top-2."""
+    rng = np.random.default_rng(33)
+    share = rng.dirichlet(np.full(experts, 0.3), size=rows - 1)  # skewed popularity per layer
+    counts = np.zeros((STEPS, rows, experts), dtype=np.int64)
+    for t in range(STEPS):
+        counts[t, 1:] = [rng.multinomial(64, row) for row in share]
+    path = tmp_path / name
+    np.savez(path, logical_count=counts)
+    return path
+
+
+FAST = ("--peers", "eplb,comoe", "--bound-windows", "1", "--hindsight-limit", "0.2")
+
+
+def test_compare_a_dump_with_redundant_slots_answers_from_the_table(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path)
+    figure = tmp_path / "missing" / "folder" / "sweep.png"
+    out = cli(
+        "compare", "--counts", dump, "--gpus", 8, "--redundant", "8,16", *FAST, "--figure", figure, "--json"
+    )
+    assert out.code == 0, out.err
+    result = out.json()
+    points = sorted(result["points"], key=lambda p: p["redundant"])
+    assert [p["redundant"] for p in points] == [8, 16]
+    assert [p["slots_per_device"] for p in points] == [3, 4]
+    assert figure.is_file()  # the missing folder was created before any work
+    lines = result["answer"]
+    for peer, line in zip(("eplb", "comoe"), lines[:2], strict=True):
+        knee = points[advice.knee_index(points, peer)]
+        assert line.startswith(f"redundant slots, {peer}:")
+        assert f"P95 {knee[peer]['p95']:.3f}" in line and f"{knee['slots_per_device']} slots per GPU" in line
+        p95 = [p[peer]["p95"] for p in points]
+        if "sweep further" in line:  # the last point still gained 1% or more
+            assert p95[1] <= 0.99 * p95[0]
+        else:
+            assert knee["redundant"] == 8 and p95[1] > 0.99 * p95[0]
+    knee = points[advice.knee_index(points, "eplb")]
+    gap = lines[2]
+    assert gap.startswith("gap to the proven bound: eplb")
+    assert f"{100 * knee['eplb']['gap_to_bound']:.1f}% above" in gap
+    assert f"CoMoE {100 * knee['comoe']['gap_to_bound']:.1f}%" in gap
+    assert "give --model or --expert-mb" in lines[3]  # sizes unknown: no regime
+
+
+def test_compare_a_dump_table_answers_per_dispatch(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path)
+    out = cli("compare", "--counts", dump, "--gpus", 8, "--expert-mb", "44", *FAST, "--json")
+    assert out.code == 0, out.err
+    result = out.json()
+    rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
+    even, lp, gap, regime = result["answer"]
+    for line, routing in ((even, "even"), (lp, "lp")):
+        best = rows[("eplb", routing)]  # the only engine balancer among the peers
+        assert f"best balancer eplb, P95 {best['p95']:.3f}" in line
+        ours = rows[("comoe", routing)]
+        if ours["copies_per_replan"] <= best["copies_per_replan"]:
+            assert f"CoMoE at no more copies: P95 {ours['p95']:.3f}" in line
+        else:
+            assert "CoMoE copies more" in line
+    assert f"eplb {100 * rows[('eplb', 'even')]['gap_to_bound']:.1f}% above" in gap
+    assert "tokens per active expert" in regime
+
+
+def test_solve_a_dump_exports_sglangs_map(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path)
+    out_file = tmp_path / "maps" / "expert-location.json"
+    out = cli(
+        "solve", "--counts", dump, "--gpus", 8, "--export", "sglang", "-o", out_file, "--time-limit", "5"
+    )
+    assert out.code == 0, out.err
+    table = json.loads(out_file.read_text())["physical_to_logical_map"]
+    assert len(table) == MOE_LAYERS + 1  # one row per model layer, the dense one included
+    assert all(len(row) == EXPERTS for row in table)  # one slot per expert by default
+    for row in table[1:]:
+        assert sorted(row) == list(range(EXPERTS))  # every expert resident once
+
+
+def test_instance_new_writes_the_same_instance_with_every_default_commented(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path)
+    path = tmp_path / "serving.toml"
+    out = cli(
+        "instance",
+        "new",
+        "--from-counts",
+        dump,
+        "--gpus",
+        8,
+        "--redundant",
+        8,
+        "--model",
+        "olmoe",
+        "-o",
+        path,
+    )
+    assert out.code == 2 and "OLMoE-1B-7B has 64" in out.err  # the dump's 16 experts are not OLMoE's
+    out = cli(
+        "instance",
+        "new",
+        "--from-counts",
+        dump,
+        "--gpus",
+        8,
+        "--redundant",
+        8,
+        "--expert-mb",
+        9.4,
+        "-o",
+        path,
+    )
+    assert out.code == 0, out.err
+    text = path.read_text()
+    values = [line for line in text.splitlines() if " = " in line and not line.startswith("name")]
+    assert values and all("  # " in line for line in values)  # every key carries its unit and source
+    written = load_instance(path)
+    built, steps = counts_instance(dump, ServingSetup(8, redundant=8, expert_mb=9.4))
+    assert written.model == built.model and written.hardware == built.hardware
+    assert written.policy == built.policy and steps.shape == (STEPS, MOE_LAYERS, EXPERTS)
+    assert tomllib.loads(text)["model"]["layer_ids"] == [1, 2, 3]
+
+
+def test_presets_expert_sizes_from_their_configs() -> None:
+    # DeepSeek-V3: 3 x 7168 x 2048 FP8 weights = 44.04 MB (instances/deepseek-v3-ep32.toml: 0.044)
+    assert PRESETS["deepseek-v3"].expert_gb == pytest.approx(0.044040, abs=1e-6)
+    # GPT-OSS-20B: 3 x 2880 x 2880 in MXFP4 (4.25 bit) = 13.2 MB (instances/real-gptoss20b.toml: 0.0133)
+    assert PRESETS["gpt-oss-20b"].expert_gb == pytest.approx(0.0133, abs=1e-4)
+    assert PRESETS["llama-4-maverick"].moe_layer_ids[:3] == (1, 3, 5)
+    for p in PRESETS.values():
+        assert len(p.moe_layer_ids) <= p.model_layers and p.top_k <= p.experts
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--gpus", "0"], ["--gpus", "must be >= 1"]),
+        (["--gpus", "8", "--model", "no-such-model"], ["--model", "unknown model", "deepseek-v3"]),
+        (["--gpus", "8", "--model", "qwen3-30b-a3b"], ["128 experts", "Qwen3-30B-A3B"]),
+        (["--gpus", "8", "--slots", "20"], ["--slots 20", "split evenly over 8 GPUs"]),
+        (["--gpus", "8", "--slots", "8"], ["--slots 8", "cannot hold the 16 experts"]),
+        (["--gpus", "8", "--redundant", "1000000"], ["--redundant 1000000", "exceed 8 GPUs x 16 experts"]),
+        (["--gpus", "8", "--redundant", "8,1000000"], ["--redundant 1000000", "exceed"]),
+        (
+            ["--gpus", "8", "--redundant", "112", "--expert-mb", "9000"],
+            ["--redundant 112", "more than a GPU's 80 GB"],
+        ),
+        (["--gpus", "8", "--nodes", "3"], ["--nodes 3", "must divide --gpus 8"]),
+        (["--gpus", "8", "--expert-mb", "nan"], ["--expert-mb"]),
+        (["--gpus", "8", "--expert-mb", "-1"], ["--expert-mb"]),
+        (["--gpus", "2000"], ["--gpus"]),
+        (["--gpus", "8", "--slots", "99999999"], ["--slots"]),
+    ],
+)
+def test_hostile_serving_flags_are_one_line_before_any_work(tmp_path: Path, cli, args, needles) -> None:
+    dump = _dump(tmp_path)
+    cli("compare", "--counts", dump, *args).assert_user_error(*needles)
+
+
+def test_the_dump_must_agree_with_the_model(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path, experts=64, rows=5)  # OLMoE's 64 experts, but 5 rows for its 16 layers
+    cli("compare", "--counts", dump, "--gpus", 8, "--model", "olmoe").assert_user_error(
+        "5 layer rows", "16 layers"
+    )
+
+
+def test_figure_into_a_file_as_folder_is_refused_at_once(tmp_path: Path, cli) -> None:
+    dump = _dump(tmp_path)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    cli("compare", "--counts", dump, "--gpus", 8, "--figure", blocker / "f.png").assert_user_error("--figure")
+
+
+def test_serving_flags_with_an_instance_file_are_refused(cli) -> None:
+    cli("compare", "instances/real-gptoss20b.toml", "--gpus", 8).assert_user_error(
+        "--gpus", "instance sets them"
+    )
