@@ -47,4 +47,10 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         cmp.plot_cdf(result, args.figure)
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
     shown["_text"] = cmp.markdown(result)
+    if args.frontier:
+        front = cmp.frontier(instance, steps, settings, peers=cmp.peer_points(result))
+        if args.figure is not None:
+            cmp.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
+        shown["frontier"] = front
+        shown["_text"] += "\n\n" + cmp.frontier_markdown(front)
     return shown

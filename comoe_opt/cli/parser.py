@@ -182,6 +182,12 @@ def _compare(verbs: Any) -> None:
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
     )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here")
+    cmp.add_argument(
+        "--frontier",
+        action="store_true",
+        help="also sweep CoMoE's policy.migration_weight and the drop-in's move_cost: P95 against copies"
+        " per re-plan, and each peer beaten at equal copies or not (with --figure: NAME-frontier.png)",
+    )
 
 
 def int_list(text: str) -> list[int]:
