@@ -106,8 +106,16 @@ def test_frontier_reuses_compare_peers_and_cli(write_toml, cli) -> None:
         "0",
         "--frontier",
         "--json",
+        "--migration-weights",
+        "0",
+        "--move-costs",
+        "0.002",
     )
     assert run.code == 0, run.err
     out = json.loads(run.out)
     assert "frontier" in out and out["frontier"]["curve"]
     assert np.isfinite(out["frontier"]["default"]["p95"])
+    weights = sorted(p["value"] for p in out["frontier"]["comoe"])
+    assert weights == sorted({0.0, instance.policy.migration_weight})  # the instance's own is added
+    bad = cli("compare", str(write_toml(table)), "--frontier", "--move-costs", "0,-1")
+    assert bad.code == 2 and "--move-costs" in bad.err

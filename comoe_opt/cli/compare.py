@@ -48,7 +48,11 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
     shown["_text"] = cmp.markdown(result)
     if args.frontier:
-        front = cmp.frontier(instance, steps, settings, peers=cmp.peer_points(result))
+        sweep = {
+            "weights": args.migration_weights or cmp.MIGRATION_WEIGHTS,
+            "move_costs": args.move_costs or cmp.MOVE_COSTS,
+        }
+        front = cmp.frontier(instance, steps, settings, peers=cmp.peer_points(result), **sweep)
         if args.figure is not None:
             cmp.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
         shown["frontier"] = front
