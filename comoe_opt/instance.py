@@ -348,6 +348,20 @@ class Policy:
         default=0,
         why="each scenario adds a copy of the balance rows to the MILP; 4096 is far past where more help",
     )
+    balance_scenario_model: Literal["steps", "smoothed"] = param(
+        "where the balance scenarios come from: steps = the planning window's own micro-batches; smoothed = "
+        "multinomial draws at each expert's share of its layer, shrunk toward the layer's mean by "
+        "scenario_pseudo_steps (for sparse steps, where an expert sees under one selection per step)",
+        default="steps",
+    )
+    scenario_pseudo_steps: float = param(
+        "smoothed scenarios: pseudo-steps of the layer's mean added to each expert's count "
+        "(-1 = chosen per call by a rolling-origin backtest on the history, stats/sparse.py)",
+        "steps",
+        ge=-1,
+        le=1e6,
+        default=-1.0,
+    )
     search_moves: int = param(
         "local-search moves per layer that refine the slow loop's placement on the scenarios",
         ge=0,

@@ -131,7 +131,12 @@ def _checked(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarray:
 def window_demand_of(instance: Instance, steps: np.ndarray) -> WindowDemand:
     """What a window is planned on: its steps' counts (a trace's or a dump's alike)."""
     demand = demand_from_step_counts(
-        steps, instance.trace.tokens_per_batch, instance.model.top_k, instance.policy.balance_scenarios
+        steps,
+        instance.trace.tokens_per_batch,
+        instance.model.top_k,
+        instance.policy.balance_scenarios,
+        instance.policy.balance_scenario_model,
+        instance.policy.scenario_pseudo_steps,
     )
     whole = np.round(steps).astype(np.int64)
     return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
