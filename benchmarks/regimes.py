@@ -202,29 +202,37 @@ def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> lis
     others = [p for p in peers if p.planner != "comoe"]
     best = min(others, key=lambda p: p.p95)
     hindsight = next(r["p95"] for r in rows if r["peer"] == "hindsight")
-    half = (best.p95 + hindsight) / 2
+    oracle = next(r["p95"] for r in rows if r["peer"] == "oracle")
     out = [
         f"- CoMoE default: P95 {comoe.p95:.3f} ({comoe.routing}) at {comoe.copies:.1f} copies per re-plan;"
-        f" best peer {best.planner} {best.p95:.3f} ({best.routing}) at {best.copies:.1f}; hindsight"
-        f" {hindsight:.3f}. Half the gap: {half:.3f}: {_mark(comoe.p95 <= half + 1e-12)}",
+        f" best peer {best.planner} {best.p95:.3f} ({best.routing}) at {best.copies:.1f} copies; hindsight"
+        f" {hindsight:.3f}; oracle {oracle:.3f}.",
     ]
+    if hindsight < best.p95:
+        half = (best.p95 + hindsight) / 2
+        out.append(
+            f"- half the gap from the best peer to hindsight: at most {half:.3f}:"
+            f" {_mark(comoe.p95 <= half + 1e-12)}"
+        )
+    else:
+        half = (best.p95 + oracle) / 2
+        out.append(
+            f"- hindsight (`exact` within 2 s per window) is not below the best peer here: no limit. Half the"
+            f" gap to the oracle instead: at most {half:.3f}: {_mark(comoe.p95 <= half + 1e-12)}"
+        )
     equal = [p.planner for p in others if comoe.dominates(p)]
     out.append(
-        f"- CoMoE default at or below a peer's P95 with no more copies: {len(equal)} of {len(others)} peers"
+        f"- CoMoE's default at or below a peer's P95 with no more copies: {len(equal)} of {len(others)} peers"
         f" ({', '.join(equal) or 'none'})"
     )
     if front is not None:
-        beaten = [
-            name for name, w in front["beaten"].items() if w is not None and not name.startswith("drop-in")
-        ]
+        names = {p.planner for p in others}
+        beaten = [n for n, w in front["beaten"].items() if n in names and w is not None]
+        missing = sorted(names - set(beaten))
         out.append(
-            f"- CoMoE frontier beats at equal copies {len(beaten)} of {len(others)} peers:"
-            f" {_mark(len(beaten) == len(others))}"
-            + (
-                f" (not beaten: {', '.join(p.planner for p in others if p.planner not in beaten)})"
-                if len(beaten) < len(others)
-                else ""
-            )
+            f"- CoMoE's frontier at or below every peer's P95 at no more copies: {len(beaten)} of"
+            f" {len(names)} peers: {_mark(not missing)}"
+            + (f" (not beaten: {', '.join(missing)})" if missing else "")
         )
         gap = front["default_to_frontier"]
         if gap is not None:
@@ -232,6 +240,18 @@ def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> lis
                 f"- default within 1% of the frontier at its copies: {100 * gap:.2f}%: {_mark(gap <= 0.01)}"
             )
     return out
+
+
+def retarget(key: str) -> None:
+    """Rewrite a saved part's compare and frontier target lines from its JSON (the drop-in lines kept)."""
+    text = (PARTS / f"{key}.md").read_text(encoding="utf-8")
+    raw = json.loads((PARTS / f"{key}.json").read_text(encoding="utf-8"))
+    head, rest = text.split("### Targets\n\n", 1)
+    kept = rest[rest.index("- drop-in") :]
+    lines = compare_targets(raw["compare"], raw["frontier"])
+    (PARTS / f"{key}.md").write_text(
+        head + "### Targets\n\n" + "\n".join(lines) + "\n" + kept, encoding="utf-8"
+    )
 
 
 def _mark(ok: bool) -> str:
@@ -326,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", action="store_true", help="only rebuild the output from the parts")
     args = parser.parse_args(argv)
     if args.collect:
+        for part in sorted(PARTS.glob("*.json")):
+            retarget(part.stem)
         collect(args.output)
         return 0
     chosen = [r for r in REGIMES if not args.only or r.key in args.only.split(",")]
