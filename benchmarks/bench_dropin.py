@@ -47,6 +47,19 @@ HELD_OUT_FROM = 33  # windows 1-32 were used to choose the search's constants; 3
 Plan = Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # (history steps, map in service) -> phy2log
 
 
+@dataclass(frozen=True)
+class Setup:
+    """The replay's serving set-up: slots per layer, GPUs, re-plan interval and history (steps)."""
+
+    slots: int = SLOTS
+    gpus: int = GPUS
+    every: int = EVERY
+    history: int = HISTORY
+
+
+GPT_OSS = Setup()
+
+
 @dataclass
 class Row:
     name: str
@@ -67,12 +80,21 @@ def step_counts(path: Path) -> np.ndarray:
     return np.stack([np.bincount(row, minlength=size) for row in flat]).reshape(steps, layers, -1)
 
 
+def core_balancers(setup: Setup = GPT_OSS) -> dict[str, Plan]:
+    """The EPLB port and ours with both dispatches, at their defaults."""
+    return {
+        "EPLB": lambda h, prev: rebalance_experts(
+            h.sum(axis=0), setup.slots, 1, 1, setup.gpus, method="eplb"
+        )[0],
+        "ours, even": lambda h, prev: _ours(h, prev, "even", setup=setup),
+        "ours, lp": lambda h, prev: _ours(h, prev, "lp", setup=setup),
+    }
+
+
 def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
     """Every balancer of the replay, and a note on the engine ports found."""
     plans: dict[str, Plan] = {
-        "EPLB": lambda h, prev: rebalance_experts(h.sum(axis=0), SLOTS, 1, 1, GPUS, method="eplb")[0],
-        "ours, even": lambda h, prev: _ours(h, prev, "even"),
-        "ours, lp": lambda h, prev: _ours(h, prev, "lp"),
+        **core_balancers(),
         "ours, even, no previous": lambda h, prev: _ours(h, None, "even"),
         "ours, even, move cost 0.004": lambda h, prev: _ours(h, prev, "even", move_cost=0.004),
         "ours, even, all steps alike": lambda h, prev: _uniform(h, prev),
@@ -90,8 +112,10 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
     return plans, "engine ports: " + ", ".join(n for n in engines.ENGINE_BALANCERS if not n.endswith("-hier"))
 
 
-def _ours(history: np.ndarray, previous: np.ndarray | None, dispatch: str, **options: float) -> np.ndarray:
-    args = (history.sum(axis=0), SLOTS, 1, 1, GPUS)
+def _ours(
+    history: np.ndarray, previous: np.ndarray | None, dispatch: str, setup: Setup = GPT_OSS, **options: float
+) -> np.ndarray:
+    args = (history.sum(axis=0), setup.slots, 1, 1, setup.gpus)
     return rebalance_experts(*args, history=history, previous=previous, dispatch=dispatch, **options)[0]
 
 
@@ -113,20 +137,22 @@ def _engine(port: Callable[..., Any], per_step: bool, incremental: bool) -> Plan
     return plan
 
 
-def initial_layout(layers: int, experts: int) -> np.ndarray:
+def initial_layout(layers: int, experts: int, slots: int = SLOTS) -> np.ndarray:
     """The layout engines load before their first re-plan: experts in id order, then copies of 0, 1, ..."""
-    row = np.concatenate([np.arange(experts), np.arange(SLOTS - experts) % experts])
+    row = np.concatenate([np.arange(experts), np.arange(slots - experts) % experts])
     return np.tile(row, (layers, 1))
 
 
-def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int) -> list[Row]:
+def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS) -> list[Row]:
+    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps."""
     steps, layers, experts = counts.shape
-    starts = list(range(EVERY, steps, EVERY))[: windows or None]
+    every, gpus = setup.every, setup.gpus
+    starts = list(range(every, steps, every))[: windows or None]
     rows = [Row(name) for name in plans]
     for row, plan in zip(rows, plans.values(), strict=True):
-        in_service = initial_layout(layers, experts)
+        in_service = initial_layout(layers, experts, setup.slots)
         for start in starts:
-            history = counts[max(0, start - HISTORY) : start].astype(np.float64)
+            history = counts[max(0, start - setup.history) : start].astype(np.float64)
             began = time.perf_counter()
             try:
                 new = plan(history, in_service)
@@ -134,17 +160,17 @@ def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int) -> list[Row
                 row.failed = f"window {len(row.even) + 1}: {type(exc).__name__}: {exc}"
                 break
             row.seconds.append(time.perf_counter() - began)
-            row.moved.append(_moved(new, in_service, experts))
-            w = ds.normalised(counts[start : start + EVERY].transpose(1, 0, 2).astype(np.float64), GPUS)
-            row.even.append(ds.scores(new, w, ds.Shape(GPUS, 1, "even")).ravel())
-            row.best.append(ds.scores(new, w, ds.Shape(GPUS, 1, "lp")).ravel())
+            row.moved.append(_moved(new, in_service, experts, gpus))
+            w = ds.normalised(counts[start : start + every].transpose(1, 0, 2).astype(np.float64), gpus)
+            row.even.append(ds.scores(new, w, ds.Shape(gpus, 1, "even")).ravel())
+            row.best.append(ds.scores(new, w, ds.Shape(gpus, 1, "lp")).ravel())
             in_service = new
         print(f"{row.name}: {len(row.even)} windows {row.failed}", flush=True)
     return rows
 
 
-def _moved(new: np.ndarray, old: np.ndarray, experts: int) -> int:
-    return int(ds.moved(ds.replica_counts(new, experts, GPUS), ds.replica_counts(old, experts, GPUS)).sum())
+def _moved(new: np.ndarray, old: np.ndarray, experts: int, gpus: int = GPUS) -> int:
+    return int(ds.moved(ds.replica_counts(new, experts, gpus), ds.replica_counts(old, experts, gpus)).sum())
 
 
 def load_upstream(path: Path | None) -> Callable[..., Any] | None:

@@ -207,6 +207,65 @@ class SyntheticTrace:
         le=1,
         default=0.75,
     )
+    zipf_alpha_max: float = param(
+        "0: every layer's rank-1 popularity is Zipf(zipf_alpha); else the layers' exponents are spread "
+        "evenly over zipf_alpha..zipf_alpha_max, dealt to the layers in a seeded random order",
+        ge=0,
+        le=5,
+        default=0.0,
+    )
+    lower_ranks_alpha: float = param(
+        "-1: ranks 2..k are drawn like rank 1; else from Zipf(lower_ranks_alpha) over the layer's "
+        "popularity order, without the successors (a router whose first choice is skewed and the rest "
+        "near flat)",
+        ge=-1,
+        le=5,
+        default=-1.0,
+    )
+    degenerate_layer: int = param(
+        "-1: none; else this layer sends degenerate_share of its rank-1 choices to its most popular expert",
+        ge=-1,
+        le=1023,
+        default=-1,
+        why=WHY_LAYERS,
+    )
+    degenerate_share: float = param(
+        "share of the degenerate layer's rank-1 choices on its one expert", ge=0, le=1, default=0.999
+    )
+    sequence_tokens: int = param(
+        "0: tokens without requests; else mean tokens per request (lengths geometric, at least 1)",
+        "tokens",
+        ge=0,
+        le=2**20,
+        default=0,
+        why=WHY_TOKENS,
+    )
+    topics: int = param(
+        "request topics; each has its own popularity and successors (needs sequence_tokens > 0)",
+        ge=1,
+        le=4096,
+        default=1,
+        why="each topic holds its own successor matrices per layer",
+    )
+    topic_order: Literal["turns", "random"] = param(
+        "turns: requests_per_topic requests of one topic, then the next, in turn; random: each request "
+        "draws its topic",
+        default="turns",
+    )
+    requests_per_topic: int = param(
+        "consecutive requests of one topic (topic_order = turns)", ge=1, le=10**6, default=1, why=WHY_BATCHES
+    )
+    topic_shift: float = param(
+        "share of a topic's popularity that is its own; the rest is the phase's common popularity",
+        ge=0,
+        le=1,
+        default=1.0,
+    )
+    batching: Literal["decode", "token-order"] = param(
+        "with requests: decode = continuous-batching steps of tokens_per_batch requests in flight; "
+        "token-order = consecutive tokens, a prompt's tokens together (prefill)",
+        default="decode",
+    )
 
 
 @dataclass(frozen=True)
@@ -288,6 +347,20 @@ class Policy:
         le=4096,
         default=0,
         why="each scenario adds a copy of the balance rows to the MILP; 4096 is far past where more help",
+    )
+    balance_scenario_model: Literal["steps", "smoothed"] = param(
+        "where the balance scenarios come from: steps = the planning window's own micro-batches; smoothed = "
+        "multinomial draws at each expert's share of its layer, shrunk toward the layer's mean by "
+        "scenario_pseudo_steps (for sparse steps, where an expert sees under one selection per step)",
+        default="steps",
+    )
+    scenario_pseudo_steps: float = param(
+        "smoothed scenarios: pseudo-steps of the layer's mean added to each expert's count "
+        "(-1 = chosen per call by a rolling-origin backtest on the history, stats/sparse.py)",
+        "steps",
+        ge=-1,
+        le=1e6,
+        default=-1.0,
     )
     search_moves: int = param(
         "local-search moves per layer that refine the slow loop's placement on the scenarios",
@@ -487,6 +560,27 @@ def _check_sizes(model: ModelShape, hardware: Hardware, trace: TraceSource, sour
                 f"micro_batches x tokens_per_batch x layers x top_k = {routes:,} routes exceeds"
                 f" {MAX_TRACE_ROUTES:,} (the generated trace would not fit in memory)",
             )
+        check_synthetic(model, trace, source)
+
+
+def check_synthetic(model: ModelShape, spec: SyntheticTrace, source: str | Path | None) -> None:
+    """The generator's keys that depend on each other or on the model."""
+    if model.top_k > model.experts_per_layer:
+        raise InputError(source, "model.top_k", "exceeds experts_per_layer")
+    if spec.zipf_alpha_max and spec.zipf_alpha_max < spec.zipf_alpha:
+        raise InputError(
+            source,
+            "trace.zipf_alpha_max",
+            f"must be 0 or >= zipf_alpha ({spec.zipf_alpha}), got {spec.zipf_alpha_max}",
+        )
+    if spec.degenerate_layer >= model.layers:
+        raise InputError(
+            source,
+            "trace.degenerate_layer",
+            f"must be -1 or below the {model.layers} layers, got {spec.degenerate_layer}",
+        )
+    if spec.topics > 1 and spec.sequence_tokens == 0:
+        raise InputError(source, "trace.topics", "topics belong to requests: set trace.sequence_tokens > 0")
 
 
 def _build_hardware(table: Any, source: str | Path) -> Hardware:

@@ -11,7 +11,7 @@ import comoe_opt.trace.synthetic as synthetic
 from comoe_opt.instance import ModelShape, SyntheticTrace
 from comoe_opt.stats import trace_stats
 from comoe_opt.trace import Trace, generate
-from comoe_opt.trace.synthetic import interval_coupling, successor_matrix, zipf_weights
+from comoe_opt.trace.synthetic import interval_coupling, successor_matrix, successors_between, zipf_weights
 
 
 def model(layers: int = 3, experts: int = 8, k: int = 2) -> ModelShape:
@@ -215,11 +215,11 @@ def test_rho_one_follows_preferred_successor(monkeypatch: pytest.MonkeyPatch) ->
     recorded: list[np.ndarray] = []
 
     def spy(*args, **kwargs):
-        matrix = successor_matrix(*args, **kwargs)
+        matrix = successors_between(*args, **kwargs)
         recorded.append(matrix)
         return matrix
 
-    monkeypatch.setattr(synthetic, "successor_matrix", spy)
+    monkeypatch.setattr(synthetic, "successors_between", spy)
     layers, tpb, drift, batches = 4, 8, 3, 7  # phases of 3, 3 and 1 micro-batches
     trace = generate(
         model(layers, 16, 3),
@@ -238,3 +238,101 @@ def test_rho_one_follows_preferred_successor(monkeypatch: pytest.MonkeyPatch) ->
             assert np.array_equal(block[:, layer + 1, 0], preferred[block[:, layer, 0]])
         start = stop
     assert start == trace.tokens
+
+
+# ------------------------------------------------ regimes: topics, requests, degenerate layers
+
+
+def regime(**keys: object) -> SyntheticTrace:
+    import dataclasses
+
+    if "alpha" in keys:
+        keys["zipf_alpha"] = keys.pop("alpha")
+    return dataclasses.replace(spec(micro_batches=40, tokens_per_batch=32), **keys)
+
+
+def test_degenerate_layer_sends_its_share_to_one_expert() -> None:
+    trace = generate(model(3, 32, 1), regime(alpha=0.5, degenerate_layer=1, degenerate_share=0.999))
+    shares = [np.bincount(trace.topk[:, layer, 0], minlength=32).max() / trace.tokens for layer in range(3)]
+    assert shares[1] > 0.99  # 1,280 draws at 0.999 (plus the Zipf rest's share of that expert)
+    assert shares[0] < 0.5 and shares[2] < 0.5  # the layers around it keep their own Zipf(0.5)
+
+
+def test_layer_alphas_spread_over_the_range() -> None:
+    alphas = synthetic.layer_alphas(regime(alpha=0.7, zipf_alpha_max=1.3), 4)
+    assert np.allclose(np.sort(alphas), [0.7, 0.9, 1.1, 1.3])
+    assert np.allclose(synthetic.layer_alphas(regime(alpha=0.7), 3), 0.7)
+
+
+def test_per_layer_alpha_recovered() -> None:
+    trace = generate(model(2, 16, 1), regime(alpha=0.4, zipf_alpha_max=2.0, micro_batches=400))
+    fitted = trace_stats(trace).layers["alpha_top1"].to_numpy()
+    assert np.allclose(np.sort(fitted), [0.4, 2.0], atol=0.1)
+
+
+def test_topics_have_their_own_hot_experts() -> None:
+    """Two topics in turn, each its own popularity: layer 0's hottest expert differs between them."""
+    keys = {"alpha": 3.0, "rho": 0.0, "sequence_tokens": 20, "topics": 2, "requests_per_topic": 1}
+    trace = generate(model(2, 16, 1), regime(**keys, batching="token-order"))
+    topic = np.asarray(trace.seq_id) % 2  # requests alternate topics
+    hottest = [np.bincount(trace.topk[topic == t, 0, 0], minlength=16).argmax() for t in (0, 1)]
+    assert hottest[0] != hottest[1]
+
+
+def test_topic_shift_zero_is_one_popularity() -> None:
+    keys = {"alpha": 3.0, "rho": 0.0, "sequence_tokens": 20, "topics": 2, "topic_shift": 0.0}
+    trace = generate(model(2, 16, 1), regime(**keys))
+    topic = np.asarray(trace.seq_id) % 2
+    hottest = [np.bincount(trace.topk[topic == t, 0, 0], minlength=16).argmax() for t in (0, 1)]
+    assert hottest[0] == hottest[1]
+
+
+def test_requests_batch_as_the_spec_says() -> None:
+    """Decode steps hold one token of each request in flight; token order keeps a prompt together."""
+    from comoe_opt.trace.batching import make_batches
+
+    for batching in ("decode", "token-order"):
+        trace = generate(model(), regime(sequence_tokens=10, batching=batching))
+        assert trace.seq_id is not None and trace.pos is not None
+        batches = make_batches(trace, 32, batching, 40)
+        assert batches.batches == 40  # enough tokens generated for every micro-batch
+        seqs = trace.seq_id[batches.token_index]
+        if batching == "decode":
+            assert all(np.unique(row).size == 32 for row in seqs)
+        else:
+            assert np.array_equal(batches.token_index.ravel(), np.arange(40 * 32))
+
+
+def test_lower_ranks_flatter_than_rank_one() -> None:
+    trace = generate(model(2, 32, 4), regime(alpha=1.5, lower_ranks_alpha=0.0, micro_batches=100))
+    stats = trace_stats(trace).layers
+    assert (stats["alpha_top1"] > 1.3).all()
+    assert (stats["alpha"] < 0.8).all()  # ranks 2-4 uniform over the other 31
+    sorted_ids = np.sort(trace.topk, axis=2)
+    assert not (sorted_ids[:, :, 1:] == sorted_ids[:, :, :-1]).any()
+
+
+def test_topics_need_requests() -> None:
+    from comoe_opt.errors import InputError
+    from comoe_opt.instance import check_synthetic
+
+    with pytest.raises(InputError, match=r"trace\.topics"):
+        check_synthetic(model(), regime(topics=3), "x.toml")
+    with pytest.raises(InputError, match=r"trace\.degenerate_layer"):
+        check_synthetic(model(3), regime(degenerate_layer=3), "x.toml")
+    with pytest.raises(InputError, match=r"trace\.zipf_alpha_max"):
+        check_synthetic(model(), regime(alpha=1.0, zipf_alpha_max=0.5), "x.toml")
+
+
+@given(
+    st.integers(2, 12),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**32 - 1),
+)
+def test_successors_between_keep_any_marginals(n: int, weight: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.dirichlet(np.ones(n)), rng.dirichlet(np.ones(n))
+    m = successors_between(a, b, np.argsort(-a), np.argsort(-b), weight, rng)
+    assert np.allclose(m.sum(axis=1), 1.0)
+    assert np.allclose(a @ m, b)
+    assert (m >= -1e-12).all()

@@ -57,8 +57,19 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.figure is not None:
         cmp.plot_cdf(result, args.figure)
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
+    shown["_text"] = cmp.markdown(result)
+    if args.frontier:
+        sweep = {
+            "weights": args.migration_weights or cmp.MIGRATION_WEIGHTS,
+            "move_costs": args.move_costs or cmp.MOVE_COSTS,
+        }
+        front = cmp.frontier(instance, steps, settings, peers=cmp.peer_points(result), **sweep)
+        if args.figure is not None:
+            cmp.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
+        shown["frontier"] = front
+        shown["_text"] += "\n\n" + cmp.frontier_markdown(front)
     shown["answer"] = advice.table_answer(result, theirs, regime)
-    shown["_text"] = _with_answer(cmp.markdown(result), shown["answer"])
+    shown["_text"] = _with_answer(shown["_text"], shown["answer"])
     return shown
 
 

@@ -192,6 +192,25 @@ def _compare(verbs: Any) -> None:
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
     )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
+    cmp.add_argument(
+        "--frontier",
+        action="store_true",
+        help="also sweep CoMoE's policy.migration_weight and the drop-in's move_cost: P95 against copies"
+        " per re-plan, and each peer beaten at equal copies or not (with --figure: NAME-frontier.png)",
+    )
+    cmp.add_argument(
+        "--migration-weights",
+        type=float_list,
+        metavar="W1,W2,...",
+        help="--frontier: policy.migration_weight values to sweep (default 0,0.01,0.03,0.1,0.3,1,5; the"
+        " instance's own is added)",
+    )
+    cmp.add_argument(
+        "--move-costs",
+        type=float_list,
+        metavar="C1,C2,...",
+        help="--frontier: the drop-in's move_cost values to sweep (default 0,0.0005,0.002,0.008,0.016)",
+    )
     serving_flags(cmp, redundant=False)
 
 
@@ -224,6 +243,17 @@ def serving_flags(sub: argparse.ArgumentParser, redundant: bool) -> None:
     size.add_argument(
         "--expert-mb", type=float, metavar="MB", help="one expert's weights, MB (instead of --model)"
     )
+
+
+def float_list(text: str) -> list[float]:
+    """An argparse type: comma-separated finite non-negative numbers."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be numbers separated by commas, got {text!r}") from None
+    if not values or not all(0 <= v < float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"must be finite non-negative numbers, got {text!r}")
+    return values
 
 
 def int_list(text: str) -> list[int]:

@@ -131,7 +131,12 @@ def _checked(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarray:
 def window_demand_of(instance: Instance, steps: np.ndarray) -> WindowDemand:
     """What a window is planned on: its steps' counts (a trace's or a dump's alike)."""
     demand = demand_from_step_counts(
-        steps, instance.trace.tokens_per_batch, instance.model.top_k, instance.policy.balance_scenarios
+        steps,
+        instance.trace.tokens_per_batch,
+        instance.model.top_k,
+        instance.policy.balance_scenarios,
+        instance.policy.balance_scenario_model,
+        instance.policy.scenario_pseudo_steps,
     )
     whole = np.round(steps).astype(np.int64)
     return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
@@ -477,3 +482,238 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+# ---- the copies–balance frontier (`compare --frontier`)
+
+# policy.migration_weight values swept: the planner's price of a copied page against balance, from
+# free copies (0) to five times the planner's own default (1.0); the instance's own value is added.
+MIGRATION_WEIGHTS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 5.0)
+# the drop-in's move_cost values swept (per-step max/mean per moved expert): free, and 1/4x-8x its
+# default of 0.002 (residency/ep_balance.py MOVE_COST)
+MOVE_COSTS = (0.0, 0.0005, 0.002, 0.008, 0.016)
+# moves the drop-in scores per layer and call: a work limit in place of its time budget, so that the
+# frontier is the same on any machine and load (a pass over 136 slots scores ~18,500 moves)
+DROPIN_MOVES = 20_000
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """A planner at one setting: mean copies per re-plan and P95 imbalance under its best routing."""
+
+    planner: str  # "comoe", "drop-in even", "drop-in lp", or a peer's name
+    knob: str  # the swept setting ("migration_weight", "move_cost"), "" for a peer
+    value: float | None
+    copies: float
+    p95: float
+    routing: str
+
+    def dominates(self, other: FrontierPoint) -> bool:
+        """No more copies and no higher P95 (the issue's "beaten at equal copies")."""
+        return self.copies <= other.copies and self.p95 <= other.p95
+
+
+def pareto(points: Sequence[FrontierPoint]) -> list[FrontierPoint]:
+    """The points no other point beats on both copies and P95 (strictly on one), by copies."""
+    front: list[FrontierPoint] = []
+    for point in sorted(points, key=lambda p: (p.copies, p.p95)):
+        if not front or point.p95 < front[-1].p95:
+            front.append(point)
+    return front
+
+
+def beaten_by(peer: FrontierPoint, curve: Sequence[FrontierPoint]) -> FrontierPoint | None:
+    """The curve's point with the fewest copies that has no more copies and no higher P95 than
+    `peer`, or None: the peer is not beaten at equal copies."""
+    winners = [p for p in curve if p.dominates(peer)]
+    return min(winners, key=lambda p: (p.copies, p.p95)) if winners else None
+
+
+def frontier_at(curve: Sequence[FrontierPoint], copies: float) -> float | None:
+    """The curve's best P95 with no more than `copies` copies per re-plan (None: no such point)."""
+    within = [p.p95 for p in curve if p.copies <= copies]
+    return min(within) if within else None
+
+
+def best_point(
+    planner: str, knob: str, value: float | None, steps: np.ndarray, spans, run: PeerRun
+) -> FrontierPoint:  # type: ignore[no-untyped-def]
+    """The run's point under its best routing (lowest P95)."""
+    p95 = {
+        routing: float(
+            np.percentile(per_step_imbalance(served_loads(steps, spans, run.placements, routing)), 95)
+        )
+        for routing in ROUTINGS
+    }
+    routing = min(p95, key=lambda r: (p95[r], ROUTINGS.index(r)))
+    copies = float(np.mean(run.copies[1:])) if len(run.copies) > 1 else 0.0
+    return FrontierPoint(planner, knob, value, copies, p95[routing], routing)
+
+
+def peer_points(result: dict[str, Any]) -> list[FrontierPoint]:
+    """Each planning peer's point from `compare`'s rows: its best routing (the limits left out)."""
+    best: dict[str, dict[str, Any]] = {}
+    for row in result["rows"]:
+        if "copies_per_replan" not in row or row["peer"] == "hindsight":
+            continue
+        kept = best.get(row["peer"])
+        if kept is None or row["p95"] < kept["p95"]:
+            best[row["peer"]] = row
+    return [
+        FrontierPoint(p, "", None, r["copies_per_replan"], r["p95"], r["routing"]) for p, r in best.items()
+    ]
+
+
+def frontier(
+    instance: Instance,
+    steps: np.ndarray,
+    settings: CompareSettings,
+    peers: Sequence[FrontierPoint] = (),
+    weights: Sequence[float] = MIGRATION_WEIGHTS,
+    move_costs: Sequence[float] = MOVE_COSTS,
+    dispatches: Sequence[str] = ("even", "lp"),
+) -> dict[str, Any]:
+    """CoMoE over `policy.migration_weight` and the drop-in over `move_cost` (each dispatch), each
+    point's P95 against its copies per re-plan, and which peers a CoMoE point beats at equal copies.
+    `peers`: the peers' points (`peer_points` of a `compare` result); planned here if empty."""
+    steps = _checked(instance, steps, settings.steps)
+    spans = windows(steps.shape[0], instance.policy.window_batches)
+    if not peers:
+        others = [p for p in settings.peers if p != "comoe"]
+        peers = [best_point(p, "", None, steps, spans, plan_peer(instance, steps, spans, p)) for p in others]
+    default = instance.policy.migration_weight
+    comoe = []
+    for weight in sorted({*weights, default}):
+        priced = with_overrides(instance, {"policy.migration_weight": weight}, "--frontier")
+        comoe.append(
+            best_point(
+                "comoe", "migration_weight", weight, steps, spans, plan_peer(priced, steps, spans, "comoe")
+            )
+        )
+    dropin = [
+        dropin_point(instance, steps, spans, cost, dispatch) for dispatch in dispatches for cost in move_costs
+    ]
+    curve = pareto(comoe)
+    default_point = next(p for p in comoe if p.value == default)
+    at_default = frontier_at(curve, default_point.copies)
+    return {
+        "instance": instance.name,
+        "steps": int(steps.shape[0]),
+        "comoe": [dataclasses.asdict(p) for p in comoe],
+        "dropin": [dataclasses.asdict(p) for p in dropin],
+        "peers": [dataclasses.asdict(p) for p in peers],
+        "curve": [dataclasses.asdict(p) for p in curve],
+        "beaten": {p.planner: _asdict_or_none(beaten_by(p, curve)) for p in [*peers, *dropin]},
+        "default": dataclasses.asdict(default_point),
+        "default_to_frontier": default_point.p95 / at_default - 1.0 if at_default else None,
+    }
+
+
+def _asdict_or_none(point: FrontierPoint | None) -> dict[str, Any] | None:
+    return None if point is None else dataclasses.asdict(point)
+
+
+def dropin_point(
+    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], move_cost: float, dispatch: str
+) -> FrontierPoint:
+    """The drop-in `rebalance_experts` re-planning each window on its history as compare's peers do
+    (the map in service as `previous`), scored under the routing its dispatch serves with."""
+    from comoe_opt.residency.ep_balance import rebalance_experts as dropin  # the drop-in API
+
+    slots = _slots(instance, steps)
+    if slots is None:
+        raise ComoeError("the drop-in needs the same slots per device and layer")
+    devices = instance.hardware.chiplets
+    groups, nodes = instance.model.expert_groups, instance.hardware.nodes
+    if steps.shape[2] % groups or groups % nodes:
+        groups = nodes = 1
+    device = np.arange(slots) // (slots // devices)
+    layers, experts = steps.shape[1], steps.shape[2]
+    served, copies, previous, in_service = [], [], None, None
+    for w, (start, stop) in enumerate(spans):
+        begin, end = history_span(spans, w, instance.policy.history_windows)
+        history = steps[begin:end].astype(np.float64)
+        phy2log = dropin(
+            history.sum(axis=0),
+            slots,
+            groups,
+            nodes,
+            devices,
+            history=history,
+            previous=previous,
+            dispatch=dispatch,
+            move_cost=move_cost,
+            moves=DROPIN_MOVES,
+        )[0]
+        resident = np.zeros((layers, experts, devices), dtype=bool)
+        resident[np.arange(layers)[:, None], phy2log, device[None, :]] = True
+        copies.append(int((resident & ~in_service).sum()) if in_service is not None else 0)
+        served.append(device_loads(steps[start:stop], resident, dispatch))
+        previous, in_service = phy2log, resident
+    p95 = float(np.percentile(per_step_imbalance(np.concatenate(served)), 95))
+    mean_copies = float(np.mean(copies[1:])) if len(copies) > 1 else 0.0
+    return FrontierPoint(f"drop-in {dispatch}", "move_cost", move_cost, mean_copies, p95, dispatch)
+
+
+def frontier_markdown(result: dict[str, Any]) -> str:
+    """The sweep's points, the Pareto curve, and each peer beaten or not at equal copies."""
+    lines = [
+        f"{result['instance']}: P95 imbalance (best routing) against copies per re-plan,"
+        f" {result['steps']} steps.",
+        "",
+        "| planner | setting | copies / re-plan | P95 | routing | on the CoMoE frontier |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    on_curve = {(p["copies"], p["p95"]) for p in result["curve"]}
+    for p in [*result["comoe"], *result["dropin"], *result["peers"]]:
+        setting = f"{p['knob']} {p['value']:g}" if p["knob"] else "default"
+        mark = "yes" if p["planner"] == "comoe" and (p["copies"], p["p95"]) in on_curve else ""
+        lines.append(
+            f"| {p['planner']} | {setting} | {p['copies']:.1f} | {p['p95']:.3f} | {p['routing']} | {mark} |"
+        )
+    lines += ["", "Beaten at equal copies (a CoMoE point with no more copies and no higher P95):", ""]
+    for name, winner in result["beaten"].items():
+        if winner is None:
+            lines.append(f"- {name}: **not beaten**")
+        else:
+            lines.append(
+                f"- {name}: beaten by migration_weight {winner['value']:g}"
+                f" ({winner['copies']:.1f} copies, P95 {winner['p95']:.3f})"
+            )
+    gap = result["default_to_frontier"]
+    d = result["default"]
+    lines.append(
+        f"- CoMoE's default (migration_weight {d['value']:g}: {d['copies']:.1f} copies, P95 {d['p95']:.3f})"
+        + (f" is {100 * gap:.2f}% above the frontier at its copies (target 1%)" if gap is not None else "")
+    )
+    return "\n".join(lines)
+
+
+def plot_frontier(result: dict[str, Any], path: Path) -> None:
+    """P95 against copies per re-plan: CoMoE's sweep as a line, the drop-in's per dispatch, each
+    peer a marker beside them."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    comoe = sorted(result["comoe"], key=lambda p: p["copies"])
+    ax.plot(
+        [p["copies"] for p in comoe],
+        [p["p95"] for p in comoe],
+        "o-",
+        color="black",
+        label="CoMoE (migration_weight)",
+    )
+    for dispatch, style in (("drop-in even", "s--"), ("drop-in lp", "^--")):
+        pts = sorted((p for p in result["dropin"] if p["planner"] == dispatch), key=lambda p: p["copies"])
+        if pts:
+            ax.plot(
+                [p["copies"] for p in pts], [p["p95"] for p in pts], style, label=f"{dispatch} (move_cost)"
+            )
+    for p in result["peers"]:
+        ax.plot([p["copies"]], [p["p95"]], "x", markersize=8, label=f"{p['planner']} ({p['routing']})")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.set_xlabel("copies per re-plan")
+    ax.set_ylabel("P95 imbalance (largest / mean device load)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

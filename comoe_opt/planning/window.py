@@ -88,6 +88,11 @@ def counts_history(instance: Instance, path: str | Path) -> tuple[WindowDemand, 
         model_layers=model.hidden_layers,
     )
     demand = demand_from_step_counts(
-        steps, instance.trace.tokens_per_batch, model.top_k, policy.balance_scenarios
+        steps,
+        instance.trace.tokens_per_batch,
+        model.top_k,
+        policy.balance_scenarios,
+        policy.balance_scenario_model,
+        policy.scenario_pseudo_steps,
     )
     return dataclasses.replace(demand, batches=policy.window_batches), steps.sum(axis=0)

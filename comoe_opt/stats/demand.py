@@ -25,6 +25,7 @@ import numpy as np
 from comoe_opt.errors import InputError
 from comoe_opt.instance import Policy
 from comoe_opt.stats.prefetch import prefetch_targets, prefetched
+from comoe_opt.stats.sparse import Smoothing, smoothed_scenarios
 from comoe_opt.stats.transitions import TransitionGraph, window_graph
 from comoe_opt.trace.batching import MicroBatches
 
@@ -39,6 +40,7 @@ class WindowDemand:
     scenario_tokens: np.ndarray | None = None  # [S, L, E] selections in sampled micro-batches
     load_counts: np.ndarray | None = None  # [L, E] unscaled selections λ comes from (EPLB's weight)
     step_counts: np.ndarray | None = None  # [T, L, E] the same per step (per-step planners)
+    smoothing: Smoothing | None = None  # smoothed scenarios: the pseudo-steps chosen and the backtest
 
     @property
     def peak(self) -> np.ndarray:
@@ -96,17 +98,32 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     uses = used.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         hidden = np.where(uses > 0, hit.sum(axis=0) / uses, 0.0)
-    scenarios = per_batch[sample_scenarios(n, policy.balance_scenarios)] if policy.balance_scenarios else None
+    scenarios, smoothing = balance_scenarios(
+        per_batch, policy.balance_scenarios, policy.balance_scenario_model, policy.scenario_pseudo_steps
+    )
     return WindowDemand(
         counts / n,
         uses / n,
         hidden,
         n,
         per_batch.max(axis=0).astype(np.float64),
-        None if scenarios is None else scenarios.astype(np.float64),
+        scenarios,
         counts.astype(np.float64),
         per_batch,
+        smoothing,
     )
+
+
+def balance_scenarios(
+    steps: np.ndarray, count: int, model: str = "steps", pseudo_steps: float = -1.0
+) -> tuple[np.ndarray | None, Smoothing | None]:
+    """`count` balance scenarios of per-step counts `steps` [T, L, E]: steps spread evenly over the
+    window, or (`smoothed`, more than one step) multinomial draws at smoothed shares."""
+    if not count:
+        return None, None
+    if model == "smoothed" and steps.shape[0] > 1:
+        return smoothed_scenarios(steps, min(count, steps.shape[0]), pseudo_steps)
+    return steps[sample_scenarios(steps.shape[0], count)].astype(np.float64), None
 
 
 def sample_scenarios(batches: int, wanted: int) -> np.ndarray:
@@ -129,12 +146,17 @@ def demand_from_counts(counts: np.ndarray, tokens_per_batch: int, top_k: int) ->
 
 
 def demand_from_step_counts(
-    steps: np.ndarray, tokens_per_batch: int, top_k: int, scenarios: int = 0
+    steps: np.ndarray,
+    tokens_per_batch: int,
+    top_k: int,
+    scenarios: int = 0,
+    model: str = "steps",
+    pseudo_steps: float = -1.0,
 ) -> WindowDemand:
     """Demand from per-step load counts [T, L, E] (SGLang's recorder dump): each layer scaled by
     one factor so its mean step has `tokens_per_batch · top_k` selections (bursts keep their
     size), use probability = share of steps that selected the expert, no prefetch; with
-    `scenarios` > 0 and more than one step, that many steps are the balance scenarios.
+    `scenarios` > 0 and more than one step, that many balance scenarios (`balance_scenarios`).
     One step is `demand_from_counts`."""
     steps = np.asarray(steps, dtype=np.float64)
     if steps.ndim == 2 or steps.shape[0] == 1:
@@ -143,7 +165,7 @@ def demand_from_step_counts(
     if np.any(totals <= 0):
         raise InputError(None, "logical_count", "every layer needs a positive total count")
     scaled = steps * (tokens_per_batch * top_k / totals)[None, :, None]
-    chosen = scaled[sample_scenarios(scaled.shape[0], scenarios)] if scenarios else None
+    chosen, smoothing = balance_scenarios(scaled, scenarios, model, pseudo_steps)
     return WindowDemand(
         scaled.mean(axis=0),
         (scaled > 0).mean(axis=0),
@@ -153,4 +175,5 @@ def demand_from_step_counts(
         chosen,
         steps.sum(axis=0),
         steps,
+        smoothing,
     )

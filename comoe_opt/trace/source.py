@@ -100,6 +100,8 @@ def instance_batches(instance: Instance, trace: Trace | None = None) -> MicroBat
     spec = instance.trace
     if isinstance(spec, FileTrace):
         return make_batches(trace, spec.tokens_per_batch, spec.batching, spec.micro_batches)
-    # a file given to a synthetic instance runs as decode steps of its sequences; a generated trace
-    # has none, and its decode steps are consecutive tokens
+    if trace.meta.get("generator") == "zipf-markov":  # the instance's own generated trace
+        # without requests its decode steps are consecutive tokens; with them, as `batching` says
+        return make_batches(trace, spec.tokens_per_batch, spec.batching, spec.micro_batches)
+    # a file given to a synthetic instance runs as decode steps of its sequences
     return make_batches(trace, spec.tokens_per_batch, "decode")

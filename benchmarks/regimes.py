@@ -1,0 +1,397 @@
+"""The regime suite: every regime's own statistics, `compare`'s table, the drop-in replay and the
+copies–balance frontier, per regime, with the issue's targets marked met or missed.
+
+Regimes are the instances in `instances/regimes/` (synthetic, each calibrated to a trace's measured
+figures; the calibrated constants say which) and the real GPT-OSS-20B trace
+(`instances/real-gptoss20b.toml`). Each run is bounded (the first `steps` steps of each regime) so
+that the suite ends in well under an hour on two shared cores.
+
+    .venv/bin/python benchmarks/regimes.py [--only A,B] [--no-frontier] [--steps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from bench_dropin import Row, Setup, core_balancers, replay
+from bench_dropin import table as dropin_table
+from machine import describe
+
+from comoe_opt.evaluator import compare as cmp
+from comoe_opt.instance import Instance, load_instance
+from comoe_opt.residency.heuristics import eplb_slots
+from comoe_opt.residency.problem import residency_problem
+from comoe_opt.stats import trace_stats, window_alpha
+from comoe_opt.trace import Trace, instance_batches, load_trace
+from comoe_opt.trace.batching import MicroBatches
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIMES_DIR = ROOT / "instances" / "regimes"
+
+
+@dataclass(frozen=True)
+class Regime:
+    key: str
+    path: Path
+    steps: int  # the first N steps are run (bounded: the suite must end in well under an hour)
+    target: str  # the figures the regime is calibrated to (or "assumed")
+    frontier: bool = True  # False where the sweep would not fit the suite's time
+    # policy.migration_weight values the suite sweeps (the instance's 0.2 is added): fewer than
+    # `compare --frontier` (each point re-plans every window), from free copies to 5x the default
+    weights: tuple[float, ...] = (0.0, 0.05, 1.0)
+
+
+REGIMES = (
+    Regime(
+        "A",
+        REGIMES_DIR / "a-128x-top1-decode.toml",
+        192,
+        "0.5 selections/expert/step; per-layer alpha 0.73-1.13, hottest 4-26%; one layer 99.9% on one"
+        " expert; predictability 0.24 vs popularity 0.17; 3 topics in turn",
+    ),
+    Regime(
+        "B",
+        REGIMES_DIR / "b-64x-top6-prefill.toml",
+        128,
+        "48 selections/expert/step; all-selection alpha 0.14-0.27, rank-1 alpha ~0.95, hottest ~3%;"
+        " short prompts of changing content",
+    ),
+    Regime(
+        "C",
+        REGIMES_DIR / "c-60x-top4-decode.toml",
+        64,
+        "1.7 selections/expert/step (skew assumed)",
+        weights=(0.0, 1.0),
+    ),
+    Regime(
+        "GPT-OSS (real)",
+        ROOT / "instances" / "real-gptoss20b.toml",
+        192,
+        "the real trace: alpha 0.60 (0.41-0.82), predictability 0.41 vs 0.13",
+        weights=(0.0, 1.0),
+    ),
+    Regime(
+        "GPT-OSS (synthetic)",
+        REGIMES_DIR / "gptoss-synthetic.toml",
+        128,
+        "alpha 0.60 (0.41-0.82), predictability 0.41 vs popularity 0.13",
+        frontier=False,
+    ),
+    Regime(
+        "OLMoE",
+        REGIMES_DIR / "olmoe-5-domains.toml",
+        64,
+        "pooled alpha 0.39 (0.27-0.87 per domain), predictability 0.26 vs 0.12; 5 domains",
+        frontier=False,
+    ),
+    Regime("Switch-128", REGIMES_DIR / "switch-128x-top1.toml", 64, "alpha 0.89 (0.51-1.18)", frontier=False),
+    Regime(
+        "Mixtral",
+        REGIMES_DIR / "mixtral-8x-top2.toml",
+        128,
+        "alpha 0.12 (0.06-0.16), predictability 0.21 vs 0.14",
+        frontier=False,
+    ),
+    Regime(
+        "DeepSeek-V3",
+        REGIMES_DIR / "deepseek-v3-ep32.toml",
+        16,
+        "shape only (58 x 256, top-8, 32 GPUs); skew assumed",
+        frontier=False,
+    ),
+)
+
+
+# ---- the regime's own statistics
+
+
+def regime_stats(instance: Instance, trace: Trace, batches: MicroBatches) -> dict[str, Any]:
+    """Statistics of the tokens the run uses (the project's `trace_stats`)."""
+    used = np.sort(batches.token_index.ravel())
+    seq = None if trace.seq_id is None else trace.seq_id[used]
+    part = Trace(topk=trace.topk[used], num_experts=trace.num_experts, seq_id=seq, layer_ids=trace.layer_ids)
+    layers = trace_stats(part).layers
+    degenerate = layers["hottest_share"].to_numpy() > 0.9
+    normal = layers[~degenerate]
+    steps = cmp.step_counts(batches)
+    return {
+        "steps": int(batches.batches),
+        "selections_per_expert_step": float(steps.mean()),
+        "idle_share": float((steps == 0).mean()),  # (step, layer, expert) cells with no selection
+        "alpha": [float(normal["alpha"].min()), float(normal["alpha"].max()), float(normal["alpha"].mean())],
+        "alpha_top1_mean": float(normal["alpha_top1"].mean()),
+        "hottest": [float(normal["hottest_share"].min()), float(normal["hottest_share"].max())],
+        "degenerate_layers": int(degenerate.sum()),
+        "degenerate_share": float(layers["hottest_share"].max()) if degenerate.any() else None,
+        "predictability": float(layers["predictability"].mean()),
+        "popularity_guess": float(layers["popularity_guess"].mean()),
+        **window_alpha(batches.experts, batches.num_experts, instance.policy.window_batches),
+    }
+
+
+def stats_lines(s: dict[str, Any], target: str) -> list[str]:
+    a = s["alpha"]
+    deg = (
+        f"; {s['degenerate_layers']} degenerate layer(s), hottest share {s['degenerate_share']:.4f}"
+        if s["degenerate_layers"]
+        else ""
+    )
+    return [
+        f"- target: {target}",
+        f"- measured ({s['steps']} steps): {s['selections_per_expert_step']:.2f} selections per expert"
+        " per step"
+        f" ({100 * s['idle_share']:.0f}% of (step, layer, expert) idle); all-selection alpha"
+        f" {a[0]:.2f}-{a[1]:.2f} (mean {a[2]:.2f}), rank-1 alpha {s['alpha_top1_mean']:.2f}, hottest"
+        f" {100 * s['hottest'][0]:.1f}-{100 * s['hottest'][1]:.1f}%{deg}; predictability"
+        f" {s['predictability']:.3f} vs popularity {s['popularity_guess']:.3f}; within windows alpha"
+        f" {s['alpha_window_mean']:.2f}",
+    ]
+
+
+# ---- the drop-in replay
+
+
+def dropin(instance: Instance, steps: np.ndarray) -> tuple[list[Row], Setup]:
+    """EPLB's port and ours (even, lp) re-planned as the instance's policy re-plans."""
+    window = instance.policy.window_batches
+    slots = eplb_slots(residency_problem(instance, cmp.window_demand_of(instance, steps[:window])))
+    setup = Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
+    return replay(steps, core_balancers(setup), 0, setup), setup
+
+
+def dropin_targets(rows: list[Row]) -> list[str]:
+    by = {r.name: r for r in rows if not r.failed}
+    if set(by) != {"EPLB", "ours, even", "ours, lp"}:
+        return [f"- drop-in: a balancer failed ({'; '.join(r.failed for r in rows if r.failed)})"]
+
+    def p95(name: str, split: str) -> float:
+        return float(np.percentile(np.concatenate(getattr(by[name], split)), 95))
+
+    even = p95("ours, even", "even") / p95("EPLB", "even") - 1
+    lp = p95("ours, lp", "best") / p95("EPLB", "best") - 1
+    out = [
+        f"- drop-in even: {100 * even:+.1f}% vs EPLB (target -3% or better): {_mark(even <= -0.03)}",
+        f"- drop-in lp: {100 * lp:+.1f}% vs EPLB + lp (target -10% or better): {_mark(lp <= -0.10)}",
+    ]
+    port_s = float(np.median(by["EPLB"].seconds))
+    for name in ("ours, even", "ours, lp"):
+        moves = np.mean(by[name].moved) / max(np.mean(by["EPLB"].moved), 1e-12)
+        slower = float(np.median(by[name].seconds)) / port_s
+        out.append(
+            f"- {name}: moves {moves:.3f} of EPLB's (target 0.1): {_mark(moves <= 0.1)}; median plan time"
+            f" {slower:.1f}x the EPLB port (upstream EPLB not run here: no torch; the issue puts the port"
+            " at ~10x faster than upstream)"
+        )
+    return out
+
+
+# ---- compare and the frontier
+
+
+def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> list[str]:
+    rows = result["rows"]
+    peers = cmp.peer_points(result)
+    comoe = next(p for p in peers if p.planner == "comoe")
+    others = [p for p in peers if p.planner != "comoe"]
+    best = min(others, key=lambda p: p.p95)
+    hindsight = next(r["p95"] for r in rows if r["peer"] == "hindsight")
+    oracle = next(r["p95"] for r in rows if r["peer"] == "oracle")
+    out = [
+        f"- CoMoE default: P95 {comoe.p95:.3f} ({comoe.routing}) at {comoe.copies:.1f} copies per re-plan;"
+        f" best peer {best.planner} {best.p95:.3f} ({best.routing}) at {best.copies:.1f} copies; hindsight"
+        f" {hindsight:.3f}; oracle {oracle:.3f}.",
+    ]
+    if hindsight < best.p95:
+        half = (best.p95 + hindsight) / 2
+        out.append(
+            f"- half the gap from the best peer to hindsight: at most {half:.3f}:"
+            f" {_mark(comoe.p95 <= half + 1e-12)}"
+        )
+    else:
+        half = (best.p95 + oracle) / 2
+        out.append(
+            f"- hindsight (`exact` within 2 s per window) is not below the best peer here: no limit. Half the"
+            f" gap to the oracle instead: at most {half:.3f}: {_mark(comoe.p95 <= half + 1e-12)}"
+        )
+    equal = [p.planner for p in others if comoe.dominates(p)]
+    out.append(
+        f"- CoMoE's default at or below a peer's P95 with no more copies: {len(equal)} of {len(others)} peers"
+        f" ({', '.join(equal) or 'none'})"
+    )
+    if front is not None:
+        names = {p.planner for p in others}
+        beaten = [n for n, w in front["beaten"].items() if n in names and w is not None]
+        missing = sorted(names - set(beaten))
+        out.append(
+            f"- CoMoE's frontier at or below every peer's P95 at no more copies: {len(beaten)} of"
+            f" {len(names)} peers: {_mark(not missing)}"
+            + (f" (not beaten: {', '.join(missing)})" if missing else "")
+        )
+        gap = front["default_to_frontier"]
+        if gap is not None:
+            out.append(
+                f"- default within 1% of the frontier at its copies: {100 * gap:.2f}%: {_mark(gap <= 0.01)}"
+            )
+    return out
+
+
+def retarget(key: str) -> None:
+    """Rewrite a saved part's compare and frontier target lines from its JSON (the drop-in lines kept)."""
+    text = (PARTS / f"{key}.md").read_text(encoding="utf-8")
+    raw = json.loads((PARTS / f"{key}.json").read_text(encoding="utf-8"))
+    head, rest = text.split("### Targets\n\n", 1)
+    kept = rest[rest.index("- drop-in") :]
+    lines = compare_targets(raw["compare"], raw["frontier"])
+    (PARTS / f"{key}.md").write_text(
+        head + "### Targets\n\n" + "\n".join(lines) + "\n" + kept, encoding="utf-8"
+    )
+
+
+def _mark(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict[str, Any]:
+    instance, trace = load_trace(load_instance(regime.path))
+    batches = instance_batches(instance, trace)
+    limit = steps_override or regime.steps
+    steps = cmp.step_counts(batches)[:limit]
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
+    stats = regime_stats(instance, trace, batches.window(0, min(limit, batches.batches)))
+    seconds["stats"] = time.perf_counter() - began
+    settings = cmp.CompareSettings(bound_windows=0, hindsight_limit_s=2.0)
+    began = time.perf_counter()
+    result = cmp.compare(instance, steps, settings)
+    seconds["compare"] = time.perf_counter() - began
+    began = time.perf_counter()
+    rows, setup = dropin(instance, steps)
+    seconds["drop-in"] = time.perf_counter() - began
+    front = None
+    if with_frontier and regime.frontier:
+        began = time.perf_counter()
+        front = cmp.frontier(
+            instance,
+            steps,
+            settings,
+            peers=cmp.peer_points(result),
+            weights=regime.weights,
+            move_costs=SUITE_MOVE_COSTS,
+        )
+        seconds["frontier"] = time.perf_counter() - began
+    lines = [
+        f"## {regime.key}: `{regime.path.relative_to(ROOT)}`",
+        "",
+        *stats_lines(stats, regime.target),
+        "",
+        "### Targets",
+        "",
+        *compare_targets(result, front),
+        *dropin_targets(rows),
+        "",
+        "### compare",
+        "",
+        cmp.markdown(result),
+        "",
+        f"### Drop-in replay (every {setup.every} steps on the last {setup.history}; {setup.slots} slots,"
+        f" {setup.gpus} GPUs)",
+        "",
+        *dropin_table(rows, 1),
+        "",
+    ]
+    if front is not None:
+        lines += ["### Frontier", "", cmp.frontier_markdown(front), ""]
+    elif regime.frontier is False:
+        lines += [
+            "### Frontier",
+            "",
+            "Not swept for this regime in the suite (bounded time; `compare --frontier` sweeps it).",
+            "",
+        ]
+    lines.append("Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()) + ".")
+    compact = {k: v for k, v in result.items() if k != "imbalance"}
+    return {
+        "key": regime.key,
+        "stats": stats,
+        "compare": compact,
+        "frontier": front,
+        "text": "\n".join(lines),
+    }
+
+
+# The drop-in's move cost in the suite's frontier: free, its default, 8x its default.
+SUITE_MOVE_COSTS = (0.0, 0.002, 0.016)
+PARTS = ROOT / "benchmarks" / "results" / "regimes"
+
+
+def slug(key: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in key.lower()).strip("-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated regime keys (default: all)")
+    parser.add_argument(
+        "--steps", type=int, default=0, help="first N steps of every regime (0: each its own)"
+    )
+    parser.add_argument("--no-frontier", action="store_true")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "regimes.md")
+    parser.add_argument("--collect", action="store_true", help="only rebuild the output from the parts")
+    args = parser.parse_args(argv)
+    if args.collect:
+        for part in sorted(PARTS.glob("*.json")):
+            retarget(part.stem)
+        collect(args.output)
+        return 0
+    chosen = [r for r in REGIMES if not args.only or r.key in args.only.split(",")]
+    PARTS.mkdir(parents=True, exist_ok=True)
+    for regime in chosen:
+        print(f"--- {regime.key}", flush=True)
+        load_before, began = os.getloadavg()[0], time.perf_counter()
+        out = run_regime(regime, args.steps, not args.no_frontier)
+        note = (
+            f"Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after;"
+            f" {(time.perf_counter() - began) / 60:.0f} min."
+        )
+        text = out["text"] + " " + note + "\n"
+        print(text, flush=True)
+        (PARTS / f"{slug(regime.key)}.md").write_text(text, encoding="utf-8")
+        raw = {k: v for k, v in out.items() if k != "text"}
+        (PARTS / f"{slug(regime.key)}.json").write_text(
+            json.dumps(raw, indent=1, default=float), encoding="utf-8"
+        )
+    collect(args.output)
+    return 0
+
+
+def collect(output: Path) -> None:
+    """regimes.md from the regimes' parts present, in suite order."""
+    head = [
+        "# The regime suite",
+        "",
+        "Per regime: its own statistics (measured by `trace_stats` on the steps run, beside the figures"
+        " it is calibrated to), the issue's targets marked met or missed, `compare`'s table (every peer"
+        " under every routing, the oracle and hindsight; no milp bound), the drop-in replay against"
+        " the EPLB port, and the copies–balance frontier (CoMoE over `policy.migration_weight`,"
+        " the values in each regime's table and the instance's 0.2, the drop-in over `move_cost`"
+        f" {', '.join(map(str, SUITE_MOVE_COSTS))}). `benchmarks/regimes.py`; each regime's part is in"
+        " `benchmarks/results/regimes/`.",
+        "",
+        describe() + " Two cores shared with other jobs (load averages per regime below): seconds are"
+        " inflated; ratios within one run count.",
+        "",
+    ]
+    parts = [PARTS / f"{slug(r.key)}.md" for r in REGIMES]
+    body = [p.read_text(encoding="utf-8") for p in parts if p.is_file()]
+    output.write_text("\n".join(head + body), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
