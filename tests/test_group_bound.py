@@ -6,6 +6,8 @@ group solve has a time limit here: tiny groups close."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 
 import numpy as np
 import pytest
@@ -124,3 +126,24 @@ def test_a_claim_above_its_witness_or_a_broken_partition_is_refused():
         check_group_certificate(p, dataclasses.replace(cert, class_pages=[-1.0]))
     with pytest.raises(CertificateError, match="not a"):
         GroupCertificate.from_json('{"kind": "something else"}')
+
+
+def test_the_pipeline_step_lifts_the_lagrangian_and_its_certificate_recomputes():
+    # the class model proves 4 (each scenario's busy pair may sit apart); the group of all three
+    # scenarios proves the optimum 16 / 3. `exact`'s step runs on tiny instances only when the full
+    # model's polish leaves the gap open, so it is called here as `solve_milp` calls it
+    from comoe_opt.deadline import Deadline
+    from comoe_opt.residency.milp import _group_bound, _Incumbent, _lagrangian_bound
+    from comoe_opt.residency.solve import solve
+
+    work = [[[4, 4, 0]], [[4, 0, 4]], [[0, 4, 4]]]
+    p = scenario_problem(work, [2, 2], tokens=[[1, 1, 1]], nop=[0, 0], all_resident=True, max_replicas=1)
+    placed = solve(p, "milp", mip_gap=0.0).solution
+    incumbent = _Incumbent(placed, 16 / 3 + 1.0, "test", None)  # an open gap, so that both run
+    cert = class_lp_certificate(p)
+    lagrangian = _lagrangian_bound(p, cert, incumbent, cert.bound, Deadline(math.inf), 0.0, share=1.0)
+    assert lagrangian.bound == pytest.approx(4.0)
+    groups = _group_bound(p, cert, lagrangian, incumbent, lagrangian.bound, Deadline(math.inf), 0.0)
+    assert groups.bound == pytest.approx(16 / 3, rel=1e-6)
+    text = json.dumps(json.loads(groups.certificate(p).to_json()))
+    assert check_group_certificate(p, GroupCertificate.from_json(text)) == pytest.approx(groups.bound)

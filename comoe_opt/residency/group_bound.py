@@ -39,6 +39,7 @@ from comoe_opt.residency.check_group_bound import GroupCertificate
 from comoe_opt.residency.cuts import solve_with_cuts
 from comoe_opt.residency.decompose import DeviceClasses, Prices, device_classes
 from comoe_opt.residency.group_cpsat import solve_group_cpsat
+from comoe_opt.residency.objective import scenario_layer
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
 from comoe_opt.residency.scenarios import masks_of
@@ -214,3 +215,59 @@ def group_bound(
     bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
     return GroupBound(bound, prices, classes.of, values, np.asarray(class_values, dtype=np.float64), kept,
                       group_size, solver, time.perf_counter() - began)  # fmt: skip
+
+
+def reduced_layer_values(problem: ResidencyProblem, prices: Prices, placement: Placement) -> np.ndarray:
+    """[L] each layer's priced objective f_l at `placement` (its part of the incumbent at the prices,
+    without `constant_ms`): what a layer's bound can at most reach there."""
+    classes = device_classes(problem)
+    W, least = problem.batches, float(problem.nop_ms_per_token.min())
+    previous = problem.previous.resident if problem.previous is not None else None
+    values = np.zeros(problem.layers)
+    for layer in range(problem.layers):
+        resident = placement.resident[layer]
+        z, nop, _ = scenario_layer(problem, resident, layer)
+        held = resident.any(axis=1)
+        new = resident if previous is None else resident & ~previous[layer]
+        misses = problem.miss_ms[layer][~held].sum()
+        pages = float((page_prices(problem, classes, prices, layer) * resident).sum())
+        nop_beyond = nop - least * problem.tokens[layer].sum()
+        values[layer] = W * (z + nop_beyond + misses) + problem.copy_ms * new.sum() + pages
+    return values
+
+
+def pipeline_group_bound(
+    problem: ResidencyProblem,
+    prices: Prices,
+    class_values: np.ndarray,
+    placement: Placement,
+    stop_at: float,
+    solver: str = "cuts",
+) -> GroupBound:
+    """`solve_milp`'s step: the layers in order of their share of the gap at `placement` (its
+    reduced value less the class value), each with an equal part of the time to `stop_at`, tried
+    with groups of S, S/2 and S/4 scenarios (one group of all is the layer's own optimum at the
+    prices; smaller groups close sooner but prove less), the best kept."""
+    began = time.perf_counter()
+    gaps = reduced_layer_values(problem, prices, placement) - np.asarray(class_values)
+    order = [int(layer) for layer in np.argsort(-gaps, kind="stable") if gaps[layer] > 0]
+    S = problem.scenarios
+    sizes = sorted({max(1, math.ceil(S / d)) for d in (1, 2, 4)}, reverse=True)
+    values = np.array(class_values, dtype=np.float64)
+    groups: dict[int, list[GroupValue]] = {}
+    result = None
+    for i, layer in enumerate(order):
+        layer_stop = time.perf_counter() + max(stop_at - time.perf_counter(), 0.0) / (len(order) - i)
+        for j, size in enumerate(sizes):
+            if time.perf_counter() >= stop_at:
+                break
+            size_stop = time.perf_counter() + max(layer_stop - time.perf_counter(), 0.0) / (len(sizes) - j)
+            result = group_bound(problem, prices, values, group_size=size, layers=[layer], stop_at=size_stop,
+                                 solver=solver)  # fmt: skip
+            values = result.layer_values
+            groups.update(result.groups)
+    classes = device_classes(problem)
+    bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
+    start = np.asarray(class_values, dtype=np.float64)
+    return GroupBound(bound, prices, classes.of, values, start, groups, sizes[0], solver,
+                      time.perf_counter() - began)  # fmt: skip
