@@ -75,6 +75,8 @@ class GroupBound:
     solver: str
     seconds: float
 
+    closed_groups: int = 0  # group solves that closed (kept or not)
+
     @property
     def layers_lifted(self) -> int:
         return len(self.groups)
@@ -199,6 +201,7 @@ def group_bound(
     order = list(range(problem.layers)) if layers is None else list(layers)
     kept: dict[int, list[GroupValue]] = {}
     solves_left = len(order) * partitions * math.ceil(S / group_size)
+    closed = 0
     for layer in order:
         for seed in range(partitions):
             if stop_at is not None and time.perf_counter() >= stop_at:
@@ -209,12 +212,13 @@ def group_bound(
                 solves_left -= 1
                 found.append(group_value(problem, classes, prices, layer, group, limit, solver))
             total = sum(len(g.scenarios) / S * g.bound for g in found)
+            closed += sum(g.closed for g in found)
             # a group without a placement cannot be checked against one (check_group_bound.py)
             if total > values[layer] and all(g.witness is not None for g in found):
                 values[layer], kept[layer] = total, found
     bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
     return GroupBound(bound, prices, classes.of, values, np.asarray(class_values, dtype=np.float64), kept,
-                      group_size, solver, time.perf_counter() - began)  # fmt: skip
+                      group_size, solver, time.perf_counter() - began, closed)  # fmt: skip
 
 
 def reduced_layer_values(problem: ResidencyProblem, prices: Prices, placement: Placement) -> np.ndarray:
@@ -247,7 +251,10 @@ def pipeline_group_bound(
     """`solve_milp`'s step: the layers in order of their share of the gap at `placement` (its
     reduced value less the class value), each with an equal part of the time to `stop_at`, tried
     with groups of S, S/2 and S/4 scenarios (one group of all is the layer's own optimum at the
-    prices; smaller groups close sooner but prove less), the best kept."""
+    prices; smaller groups close sooner but prove less), the best kept. It stops at the first layer
+    where no group closed and nothing was lifted: the layers after it have less gap to show, and
+    their groups are no smaller (on GPT-OSS window 0 none closes in seconds, and the time goes back
+    to the search)."""
     began = time.perf_counter()
     gaps = reduced_layer_values(problem, prices, placement) - np.asarray(class_values)
     order = [int(layer) for layer in np.argsort(-gaps, kind="stable") if gaps[layer] > 0]
@@ -258,6 +265,7 @@ def pipeline_group_bound(
     result = None
     for i, layer in enumerate(order):
         layer_stop = time.perf_counter() + max(stop_at - time.perf_counter(), 0.0) / (len(order) - i)
+        closed = False
         for j, size in enumerate(sizes):
             if time.perf_counter() >= stop_at:
                 break
@@ -266,6 +274,9 @@ def pipeline_group_bound(
                                  solver=solver)  # fmt: skip
             values = result.layer_values
             groups.update(result.groups)
+            closed |= result.closed_groups > 0
+        if not closed and layer not in groups:
+            break  # the layer with the largest gap gained nothing: its groups are too hard in this time
     classes = device_classes(problem)
     bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
     start = np.asarray(class_values, dtype=np.float64)

@@ -1,0 +1,77 @@
+"""Scenario-group bounds against the Lagrangian over layers, group by group (formulations/residency.md,
+"Scenario-group bound").
+
+For one window (built as `comoe-opt solve INSTANCE --window W` builds it): the class LP's prices,
+the Lagrangian's layer values at them (every layer's class MILP, to optimality), `milp`'s placement
+at `--milp-seconds` and each layer's priced value there. Then, on the `--layers` layers with the
+largest share of the gap, for each group size and group solver, the first `--groups` groups of a
+seeded partition, each with `--group-seconds`: its proven bound, whether it closed, its best
+placement's value. A partition lifts a layer only when its groups' bounds average above the
+layer's class value (each group's share of the layer is |G|/S), so that average is the column to
+read. Bound values do not depend on the machine's speed when the groups close; times do.
+
+    .venv/bin/python benchmarks/bench_group_bound.py --window 0 --layers 2 --sizes 32 8 1
+    .venv/bin/python benchmarks/bench_group_bound.py --instance instances/paper-baseline.toml \
+        --scenarios 32 --window 0 --layers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_certificate import GPTOSS, window_problem
+
+from comoe_opt.residency.decompose import Prices, class_lp_certificate, device_classes, lagrangian_value
+from comoe_opt.residency.group_bound import group_value, reduced_layer_values, scenario_groups
+from comoe_opt.residency.solve import solve
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--instance", type=Path, default=GPTOSS)
+    ap.add_argument("--window", type=int, default=0)
+    ap.add_argument("--scenarios", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[32, 8, 1])
+    ap.add_argument("--solvers", nargs="+", default=["cuts", "cpsat"])
+    ap.add_argument("--groups", type=int, default=2)
+    ap.add_argument("--group-seconds", type=float, default=10.0)
+    ap.add_argument("--milp-seconds", type=float, default=10.0)
+    args = ap.parse_args(argv)
+    overrides = {} if args.scenarios is None else {"policy.balance_scenarios": args.scenarios}
+    problem = window_problem(args.instance, args.window, overrides)
+    cert = class_lp_certificate(problem)
+    prices = Prices.of_duals(cert.coupling_duals)
+    layers = lagrangian_value(problem, prices)
+    placement = solve(problem, "milp", time_limit_s=args.milp_seconds, mip_gap=1e-2).solution
+    reduced = reduced_layer_values(problem, prices, placement)
+    gaps = reduced - layers.layer_bounds
+    closed = bool(layers.closed.all())
+    print(f"# {args.instance.name} window {args.window}: class LP {cert.bound:.4f}, Lagrangian "
+          f"{layers.bound:.4f} (every layer closed: {closed}); load {os.getloadavg()}")  # fmt: skip
+    print("| layer | size | solver | groups | closed | mean proven bound | class value | mean best placement "
+          "| placement's layer value | s per group |")  # fmt: skip
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    classes = device_classes(problem)
+    for layer in np.argsort(-gaps)[: args.layers]:
+        for size in args.sizes:
+            for solver in args.solvers:
+                found, began = [], time.perf_counter()
+                for group in scenario_groups(problem.scenarios, size, 0)[: args.groups]:
+                    found.append(group_value(problem, classes, prices, int(layer), group, args.group_seconds,
+                                             solver))  # fmt: skip
+                per = (time.perf_counter() - began) / len(found)
+                proven, placed = np.mean([g.bound for g in found]), np.mean([g.witness_value for g in found])
+                print(f"| {layer} | {size} | {solver} | {len(found)} | {sum(g.closed for g in found)} "
+                      f"| {proven:.4f} | {layers.layer_bounds[layer]:.4f} | {placed:.4f} "
+                      f"| {reduced[layer]:.4f} | {per:.1f} |", flush=True)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
