@@ -8,7 +8,9 @@ largest share of the gap, for each group size and group solver, the first `--gro
 seeded partition, each with `--group-seconds`: its proven bound, whether it closed, its best
 placement's value. A partition lifts a layer only when its groups' bounds average above the
 layer's class value (each group's share of the layer is |G|/S), so that average is the column to
-read. Bound values do not depend on the machine's speed when the groups close; times do.
+read. Bound values do not depend on the machine's speed when the groups close; times do. First, for
+the same layers, the class model's layer value with the co-location rows (colocation.py) on the
+`--colocation` burstiest experts, solved to optimality.
 
     .venv/bin/python benchmarks/bench_group_bound.py --window 0 --layers 2 --sizes 32 8 1
     .venv/bin/python benchmarks/bench_group_bound.py --instance instances/paper-baseline.toml \
@@ -26,7 +28,14 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
-from comoe_opt.residency.decompose import Prices, class_lp_certificate, device_classes, lagrangian_value
+from comoe_opt.residency.colocation import add_colocation
+from comoe_opt.residency.decompose import (
+    ClassModel,
+    Prices,
+    class_lp_certificate,
+    device_classes,
+    lagrangian_value,
+)
 from comoe_opt.residency.group_bound import group_value, reduced_layer_values, scenario_groups
 from comoe_opt.residency.solve import solve
 
@@ -42,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--group-seconds", type=float, default=10.0)
     ap.add_argument("--milp-seconds", type=float, default=10.0)
+    ap.add_argument("--colocation", type=int, nargs="*", default=[8, 16],
+                    help="bursty experts of the co-location rows (colocation.py)")  # fmt: skip
     args = ap.parse_args(argv)
     overrides = {} if args.scenarios is None else {"policy.balance_scenarios": args.scenarios}
     problem = window_problem(args.instance, args.window, overrides)
@@ -58,7 +69,17 @@ def main(argv: list[str] | None = None) -> int:
           "| placement's layer value | s per group |")  # fmt: skip
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     classes = device_classes(problem)
-    for layer in np.argsort(-gaps)[: args.layers]:
+    worst = [int(layer) for layer in np.argsort(-gaps)[: args.layers]]
+    for layer in worst:
+        for experts in args.colocation:
+            model = ClassModel(problem, classes, [layer], prices)
+            cuts, began = add_colocation(model, layer, experts), time.perf_counter()
+            outcome = model.lp.solve(mip_gap=0.0)
+            seconds = time.perf_counter() - began
+            print(f"layer {layer}: class value {layers.layer_bounds[layer]:.4f}, with co-location rows "
+                  f"on the {experts} burstiest experts ({cuts} pair cuts) {outcome.bound:.4f} "
+                  f"({outcome.status.value}, {seconds:.1f} s)", flush=True)  # fmt: skip
+    for layer in worst:
         for size in args.sizes:
             for solver in args.solvers:
                 found, began = [], time.perf_counter()
