@@ -2,7 +2,8 @@
 "Scenario-group bound").
 
 For one window (built as `comoe-opt solve INSTANCE --window W` builds it): the class LP's prices,
-the Lagrangian's layer values at them (every layer's class MILP, to optimality), `milp`'s placement
+the Lagrangian's layer values at them (every layer's class MILP, on `--lagrangian-seconds`; a layer
+stopped short gives its dual bound), `milp`'s placement
 at `--milp-seconds` and each layer's priced value there. Then, on the `--layers` layers with the
 largest share of the gap, for each group size and group solver, the first `--groups` groups of a
 seeded partition, each with `--group-seconds`: its proven bound, whether it closed, its best
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--group-seconds", type=float, default=10.0)
     ap.add_argument("--milp-seconds", type=float, default=10.0)
+    ap.add_argument("--lagrangian-seconds", type=float, default=120.0)
     ap.add_argument("--colocation", type=int, nargs="*", default=[8, 16],
                     help="bursty experts of the co-location rows (colocation.py)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = window_problem(args.instance, args.window, overrides)
     cert = class_lp_certificate(problem)
     prices = Prices.of_duals(cert.coupling_duals)
-    layers = lagrangian_value(problem, prices)
+    layers = lagrangian_value(problem, prices, stop_at=time.perf_counter() + args.lagrangian_seconds)
     placement = solve(problem, "milp", time_limit_s=args.milp_seconds, mip_gap=1e-2).solution
     reduced = reduced_layer_values(problem, prices, placement)
     gaps = reduced - layers.layer_bounds
