@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
+from comoe_opt.residency.anneal import anneal
 from comoe_opt.residency.colocation import add_colocation
 from comoe_opt.residency.decompose import (
     ClassModel,
@@ -37,8 +38,30 @@ from comoe_opt.residency.decompose import (
     device_classes,
     lagrangian_value,
 )
-from comoe_opt.residency.group_bound import group_value, reduced_layer_values, scenario_groups
+from comoe_opt.residency.group_bound import (
+    group_value,
+    layer_problem,
+    page_prices,
+    reduced_layer_values,
+    scenario_groups,
+)
+from comoe_opt.residency.objective import score
+from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.solve import solve
+
+
+def group_ceiling(problem, prices: Prices, placement, layer: int, size: int, proposals: int = 4000) -> float:
+    """Σ_G (|G|/S) g_lG at each group's placement annealed from `placement`'s layer (its pages per
+    chiplet kept): above each group's optimum, so a ceiling of what exact group solves of that
+    partition could prove (formulations/residency.md, "Scenario-group bound")."""
+    classes = device_classes(problem)
+    resident = placement.resident[layer]
+    total = float((page_prices(problem, classes, prices, layer) * resident).sum())
+    for group in scenario_groups(problem.scenarios, size, 0):
+        sub = layer_problem(problem, layer, group)
+        found = anneal(sub, Placement(resident[None]), proposals=proposals, seed=1)
+        total += len(group) / problem.scenarios * (score(sub, found).total - sub.constant_ms)
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=0)
     ap.add_argument("--scenarios", type=int, default=None)
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[32, 8, 1])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[32, 8, 1])
     ap.add_argument("--solvers", nargs="+", default=["cuts", "cpsat"])
     ap.add_argument("--groups", type=int, default=2)
     ap.add_argument("--group-seconds", type=float, default=10.0)
     ap.add_argument("--milp-seconds", type=float, default=10.0)
     ap.add_argument("--lagrangian-seconds", type=float, default=120.0)
+    ap.add_argument("--anneal-sizes", type=int, nargs="*", default=[],
+                    help="group sizes annealed from the placement's layer (a ceiling)")  # fmt: skip
     ap.add_argument("--colocation", type=int, nargs="*", default=[8, 16],
                     help="bursty experts of the co-location rows (colocation.py)")  # fmt: skip
     args = ap.parse_args(argv)
@@ -81,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"layer {layer}: class value {layers.layer_bounds[layer]:.4f}, with co-location rows "
                   f"on the {experts} burstiest experts ({cuts} pair cuts) {outcome.bound:.4f} "
                   f"({outcome.status.value}, {seconds:.1f} s)", flush=True)  # fmt: skip
+    for layer in worst:
+        for size in args.anneal_sizes:
+            ceiling = group_ceiling(problem, prices, placement, layer, size)
+            print(f"layer {layer}: groups of {size} annealed from the placement sum to {ceiling:.4f} "
+                  f"(class value {layers.layer_bounds[layer]:.4f}, placement {reduced[layer]:.4f})",
+                  flush=True)  # fmt: skip
     for layer in worst:
         for size in args.sizes:
             for solver in args.solvers:
