@@ -17,7 +17,13 @@ from test_decompose import optimum, scenario_problem, small_problems
 
 from comoe_opt.residency.check_bound import CertificateError
 from comoe_opt.residency.check_group_bound import GroupCertificate, check_group_certificate
-from comoe_opt.residency.decompose import Prices, class_lp_certificate, device_classes, lagrangian_value
+from comoe_opt.residency.decompose import (
+    Prices,
+    class_lp_certificate,
+    device_classes,
+    lagrangian_value,
+    stepped_lagrangian,
+)
 from comoe_opt.residency.group_bound import group_bound, scenario_groups
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -147,3 +153,18 @@ def test_the_pipeline_step_lifts_the_lagrangian_and_its_certificate_recomputes()
     assert groups.bound == pytest.approx(16 / 3, rel=1e-6)
     text = json.dumps(json.loads(groups.certificate(p).to_json()))
     assert check_group_certificate(p, GroupCertificate.from_json(text)) == pytest.approx(groups.bound)
+
+
+@settings(max_examples=15, deadline=None)
+@given(small_problems())
+def test_price_steps_keep_a_bound_at_least_the_first(p):
+    """`exact`'s Lagrangian steps its prices from the class LP's: any prices give a bound, and the
+    best kept is at least the first (no clock: every layer closes, the steps are counted)."""
+    best = optimum(p)
+    assume(np.isfinite(best))
+    scale = max(1.0, abs(best))
+    prices = Prices.of_duals(class_lp_certificate(p).coupling_duals)
+    first = lagrangian_value(p, prices)
+    stepped = stepped_lagrangian(p, prices, stop_at=math.inf)
+    assert first.bound - TOL * scale <= stepped.bound <= best + TOL * scale
+    assert lagrangian_value(p, stepped.prices).bound == pytest.approx(stepped.bound, rel=1e-9, abs=1e-9)

@@ -293,7 +293,7 @@ def _lagrangian_bound(
     if deadline.expired():
         deadline.skip("lagrangian")
         return None
-    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, lagrangian_value
+    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, stepped_lagrangian
 
     left = deadline.remaining()
     # every layer's MILP gets at least MIN_LAYER_S: with less than that for all of them left, the
@@ -305,7 +305,7 @@ def _lagrangian_bound(
     stop_at = time.perf_counter() + share * left
     with deadline.phase("lagrangian"):
         try:
-            return lagrangian_value(problem, prices, stop_at=stop_at)
+            return stepped_lagrangian(problem, prices, stop_at=stop_at)
         except ComoeError as error:  # a layer's MILP ended without a bound (out of time)
             deadline.note(f"lagrangian: {error}")
             return None
@@ -330,13 +330,12 @@ def _group_bound(
     if deadline.expired():
         deadline.skip("group_bound")
         return None
-    from comoe_opt.residency.decompose import Prices
     from comoe_opt.residency.group_bound import pipeline_group_bound
 
-    prices = Prices.of_duals(certificate.coupling_duals)  # the Lagrangian's (`_lagrangian_bound`)
     stop_at = time.perf_counter() + GROUP_SHARE * deadline.remaining()
     with deadline.phase("group_bound"):
-        return pipeline_group_bound(problem, prices, lagrangian.layer_bounds, best.placement, stop_at)
+        prices, layers = lagrangian.prices, lagrangian.layer_bounds  # the best prices of `_lagrangian_bound`
+        return pipeline_group_bound(problem, prices, layers, best.placement, stop_at)
 
 
 def _anneal(
