@@ -291,7 +291,8 @@ def test_exact_lagrangian_at_the_certificates_prices_is_a_bound_above_the_lp(p):
     scale = max(1.0, abs(best))
     cert = certified(p)
     incumbent = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
-    value = _lagrangian_bound(p, cert, incumbent, -math.inf, Deadline(math.inf), 0.0, share=1.0)
-    assert value is not None
+    lagrangian = _lagrangian_bound(p, cert, incumbent, -math.inf, Deadline(math.inf), 0.0, share=1.0)
+    assert lagrangian is not None
+    value = lagrangian.bound
     assert value <= best + TOL * scale
     assert value >= cert.bound - TOL * scale

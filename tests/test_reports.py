@@ -26,6 +26,7 @@ MODEL = {
     "spare_replicas", "placement_from", "warm_start", "warm_start_objective", "replica_model_objective",
     "replica_model_status", "replica_model_bound_from", "build_s", "solver_s", "full_model_bound",
     "cut_rounds", "cuts", "cut_model_bound", "cut_model", "class_bound", "certificate", "lagrangian_bound",
+    "group_bound", "group_certificate",
 }  # fmt: skip
 FAMILIES = {
     "greedy": (HeuristicReport, TERMS | TIMING | {"violations"}),

@@ -143,6 +143,7 @@ def _bound_source(report: ModelReport, bound: float) -> str:
     sources = [
         (report.class_bound, "the hop-class LP (its certificate is in --json)"),
         (report.lagrangian_bound, "the Lagrangian over layers at the class LP's prices"),
+        (report.group_bound, "scenario groups placed exactly at those prices (check in --json)"),
         (report.cut_model_bound, "the exact scenario model (row generation)"),
         (report.full_model_bound, "the full model"),
     ]

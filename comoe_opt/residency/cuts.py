@@ -90,8 +90,16 @@ class OutOfTime(Exception):
 class CutModel:
     """The x[l,e,c] model with lazily added scenario cuts, in one persistent HiGHS model."""
 
-    def __init__(self, problem: ResidencyProblem, deadline: Deadline | None = None):
+    def __init__(
+        self,
+        problem: ResidencyProblem,
+        deadline: Deadline | None = None,
+        page_cost_ms: np.ndarray | None = None,
+    ):
         self.deadline = deadline  # checked between layers of the build (raises OutOfTime)
+        # a price per page of (l, e) on c, broadcast to [L, E, C] (a Lagrangian's prices of the
+        # constraints across layers: a class's pages, the budget, a tenant's quota)
+        self.page_cost_ms = 0.0 if page_cost_ms is None else page_cost_ms
         p = self.problem = problem
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
         self.speeds = related_speeds(p.scenario_work_ms)
@@ -124,7 +132,7 @@ class CutModel:
         self.z0 = self.n_x + L * E
         prev = p.previous.resident if p.previous is not None else np.zeros((L, E, C), dtype=bool)
         leased = p.leased if p.leased is not None else np.zeros((L, E, C), dtype=bool)
-        x_cost = np.where(prev, 0.0, p.copy_ms).ravel()
+        x_cost = np.broadcast_to(np.where(prev, 0.0, p.copy_ms) + self.page_cost_ms, (L, E, C)).ravel()
         r_cost = -W * p.miss_ms.ravel()
         floor = (self.unit.sum(axis=2) / self.speeds.sum()).T.ravel()  # [L*S]: D = all chiplets
         costs = np.concatenate((x_cost, r_cost, np.full(L * S, W / S)))
@@ -248,23 +256,30 @@ def solve_with_cuts(
     mip_gap: float,
     max_rounds: int = 50,
     improve: Callable[[Placement], Placement] | None = None,
+    page_cost_ms: np.ndarray | None = None,
 ) -> ExactOutcome:
     """Row generation to a proven gap: the best placement found, its exact objective, the bound.
 
     `improve(placement) -> placement`, when given, runs on every round's placement (a local
     search) before it is scored. Rounds start while the `deadline` has time left, each HiGHS
-    solve gets what remains.
+    solve gets what remains. `page_cost_ms` (broadcast to [L, E, C]) prices every page (a Lagrangian
+    subproblem's); the objective and the bound then include it.
     """
+
+    def value_of(placement: Placement) -> float:
+        priced = 0.0 if page_cost_ms is None else float((page_cost_ms * placement.resident).sum())
+        return score(problem, placement).total + priced
+
     began = time.perf_counter()
     try:
-        cm = CutModel(problem, deadline)
+        cm = CutModel(problem, deadline, page_cost_ms)
     except OutOfTime:
         deadline.note("cut rounds: the time limit passed while the cut model was built")
         return ExactOutcome(None, math.inf, -math.inf, Status.TIME_LIMIT, CutRounds())
     constant = problem.constant_ms
     best, best_objective = None, math.inf
     if start is not None and not check_feasible(problem, start):
-        best, best_objective = start, score(problem, start).total
+        best, best_objective = start, value_of(start)
         cm.separate(start.resident, None)
     info = CutRounds()
     bound, status = -math.inf, Status.TIME_LIMIT
@@ -285,7 +300,7 @@ def solve_with_cuts(
         if found is not None and not check_feasible(problem, found):
             candidates = [found] if improve is None else [found, improve(found)]
             for candidate in candidates:
-                value = score(problem, candidate).total
+                value = value_of(candidate)
                 if value < best_objective:
                     best, best_objective = candidate, value
         added = cm.separate(found.resident, cm.z_values()) if found is not None else 0

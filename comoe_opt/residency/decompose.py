@@ -79,6 +79,10 @@ from comoe_opt.results import Status
 
 MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them
 MIN_LAYER_S = 0.2  # a Lagrangian layer solve gets at least this long, even past the budget
+# a price step's length relative to the prices' norm (`stepped_lagrangian`); GPT-OSS window 16: the best
+# of the grid in benchmarks/bench_prices.py is 0.58 times the LP prices' norm away from them
+PRICE_STEP = 0.5
+PRICE_STEPS = 20  # ... at most this many (a work limit: without a time limit it still ends)
 
 
 @dataclass(frozen=True)
@@ -421,6 +425,7 @@ class LagrangianValue:
     budget_pages: float
     tenant_pages: np.ndarray  # [tenants]
     counts: np.ndarray  # [L, E, K] replicas per class of the layers' solutions
+    prices: Prices | None = None  # the prices it is evaluated at
 
 
 def lagrangian_value(
@@ -458,7 +463,56 @@ def lagrangian_value(
             pages += model.pages()
             tenant_pages += model.tenant_pages() if problem.tenants else 0.0
     value = float(bounds.sum()) - prices.constant(problem, classes) + problem.constant_ms
-    return LagrangianValue(value, bounds, closed, pages, float(pages.sum()), tenant_pages, counts)
+    return LagrangianValue(value, bounds, closed, pages, float(pages.sum()), tenant_pages, counts, prices)
+
+
+def stepped_lagrangian(
+    problem: ResidencyProblem,
+    prices: Prices,
+    *,
+    stop_at: float,
+    classes: DeviceClasses | None = None,
+    max_steps: int = PRICE_STEPS,
+) -> LagrangianValue:
+    """L at `prices`, then up to `max_steps` projected subgradient steps while the time to `stop_at`
+    covers another evaluation as long as the last one took; the best value found (valid at its own
+    prices).
+
+    Each step moves the prices by `PRICE_STEP` times their norm along the unit subgradient (pages
+    taken minus pages available), halved after a step without progress, from the best prices so
+    far. Steps relative to the prices' own scale, not Polyak's: GPT-OSS window 16's class LP prices
+    nothing on the far class, whose pages each layer then takes freely (998 of 480), and a Polyak
+    step towards 0.1% above the best moved that price by about 5e-5 of the 0.002 at which L is
+    29.13 against 29.01 at the LP's (formulations/residency.md, "Scenario-group bound")."""
+    classes = classes if classes is not None else device_classes(problem)
+    quotas = np.array([t.max_pages for t in problem.tenants], dtype=np.float64)
+    began = time.perf_counter()
+    best = lagrangian_value(problem, prices, classes=classes, stop_at=stop_at)
+    took, theta = time.perf_counter() - began, PRICE_STEP
+    for _ in range(max_steps):
+        if time.perf_counter() + took > stop_at or theta < PRICE_STEP / 16:
+            break
+        current = best.prices
+        g = np.concatenate((best.class_pages - classes.capacity, [best.budget_pages - problem.budget_pages],
+                            best.tenant_pages - quotas))  # fmt: skip
+        scale = math.sqrt(float(current.class_pages @ current.class_pages + current.budget**2
+                                + current.quota @ current.quota))  # fmt: skip
+        norm = float(np.linalg.norm(g))
+        if norm == 0 or scale == 0:
+            break
+        step = theta * scale / norm * g
+        K = classes.count
+        budget = max(current.budget + float(step[K]), 0.0)
+        moved = Prices(np.maximum(current.class_pages + step[:K], 0.0), budget,
+                       np.maximum(current.quota + step[K + 1 :], 0.0))  # fmt: skip
+        began = time.perf_counter()
+        value = lagrangian_value(problem, moved, classes=classes, stop_at=stop_at)
+        took = time.perf_counter() - began
+        if value.bound > best.bound + 1e-12 * max(1.0, abs(best.bound)):
+            best = value
+        else:
+            theta /= 2
+    return best
 
 
 @dataclass

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyomo.environ as pyo
@@ -51,6 +52,10 @@ from comoe_opt.residency.refine import refine
 from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
 from comoe_opt.residency.scenarios import enumerable
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
+
+if TYPE_CHECKING:  # imported where used: only with balance scenarios
+    from comoe_opt.residency.decompose import LagrangianValue
+    from comoe_opt.residency.group_bound import GroupBound
 
 
 def solve_milp(
@@ -88,13 +93,16 @@ def solve_milp(
             # a polish without a solution ran out of time
             outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
     _anneal(problem, best, bound, deadline, mip_gap)
-    cuts = lagrangian = None
+    cuts = lagrangian = groups = None
     # `milp` gives it the time its budget leaves; with no time limit (evaluations, which must not
     # depend on the clock) it would solve every layer's MILP to optimality: that is `exact`'s part
     if cut_model_applies(problem) and (exact or math.isfinite(deadline.limit_s)):
         share = LAGRANGIAN_SHARE if exact else MILP_LAGRANGIAN_SHARE
         lagrangian = _lagrangian_bound(problem, certificate, best, bound, deadline, mip_gap, share)
-        bound = max(bound, lagrangian if lagrangian is not None else -math.inf)
+        bound = max(bound, lagrangian.bound if lagrangian is not None else -math.inf)
+    # scenario groups placed exactly, layer by layer, at the Lagrangian's prices (group_bound.py)
+    groups = _group_bound(problem, certificate, lagrangian, best, bound, deadline, mip_gap) if exact else None
+    bound = max(bound, groups.bound if groups is not None else -math.inf)
     if exact and cut_model_applies(problem):
         if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
             cuts = _cut_rounds(problem, best, deadline, mip_gap, classes=certificate is not None)
@@ -129,7 +137,9 @@ def solve_milp(
         class_bound=None if certificate is None else certificate.bound,
         # the class bound's dual certificate; check_bound.check_certificate recomputes it
         certificate=certificate,
-        lagrangian_bound=lagrangian,
+        lagrangian_bound=None if lagrangian is None else lagrangian.bound,
+        group_bound=None if groups is None else groups.bound,
+        group_certificate=None if groups is None else groups.certificate(problem),
         timing=deadline.timing(),
     )
     method = "exact" if exact else "milp"
@@ -271,7 +281,7 @@ def _lagrangian_bound(
     deadline: Deadline,
     mip_gap: float,
     share: float,
-) -> float | None:
+) -> LagrangianValue | None:
     """Every layer's class model solved as a MILP at the class LP's prices of the pages, budget
     and quotas that couple layers (the Lagrangian over layers, decompose.py), on at most `share` of
     the time left; a layer stopped short gives its dual bound. It is a bound for any prices, at
@@ -283,7 +293,7 @@ def _lagrangian_bound(
     if deadline.expired():
         deadline.skip("lagrangian")
         return None
-    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, lagrangian_value
+    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, stepped_lagrangian
 
     left = deadline.remaining()
     # every layer's MILP gets at least MIN_LAYER_S: with less than that for all of them left, the
@@ -295,10 +305,37 @@ def _lagrangian_bound(
     stop_at = time.perf_counter() + share * left
     with deadline.phase("lagrangian"):
         try:
-            return lagrangian_value(problem, prices, stop_at=stop_at).bound
+            return stepped_lagrangian(problem, prices, stop_at=stop_at)
         except ComoeError as error:  # a layer's MILP ended without a bound (out of time)
             deadline.note(f"lagrangian: {error}")
             return None
+
+
+def _group_bound(
+    problem: ResidencyProblem,
+    certificate: BoundCertificate | None,
+    lagrangian: LagrangianValue | None,
+    best: _Incumbent,
+    bound: float,
+    deadline: Deadline,
+    mip_gap: float,
+) -> GroupBound | None:
+    """`exact`: the scenario-group bound (group_bound.py) at the Lagrangian's prices, from its
+    layer values, on `GROUP_SHARE` of the time left, while the gap is open; the layers with the
+    largest share of the gap first. Only the bound depends on the time, never the placement."""
+    if certificate is None or lagrangian is None or best.placement is None:
+        return None
+    if _gap(problem, best.objective, bound) <= mip_gap:
+        return None
+    if deadline.expired():
+        deadline.skip("group_bound")
+        return None
+    from comoe_opt.residency.group_bound import pipeline_group_bound
+
+    stop_at = time.perf_counter() + GROUP_SHARE * deadline.remaining()
+    with deadline.phase("group_bound"):
+        prices, layers = lagrangian.prices, lagrangian.layer_bounds  # the best prices of `_lagrangian_bound`
+        return pipeline_group_bound(problem, prices, layers, best.placement, stop_at)
 
 
 def _anneal(
@@ -452,6 +489,9 @@ LAGRANGIAN_SHARE = 0.2  # `exact`: at most this share of the time left for the L
 # `milp` (the online budget) runs it last, after the annealing: half of what is left (GPT-OSS window 0,
 # 10 s: 26.63 against the class LP's 26.27 ms, gap 10.8% -> 9.3%; windows 13-91: about 0.5 s, no change)
 MILP_LAGRANGIAN_SHARE = 0.5
+# `exact`: the scenario-group bound's share of the time left (its group solves did not close on GPT-OSS
+# window 0 or the paper baseline, formulations/residency.md "Scenario-group bound"; it pays where they do)
+GROUP_SHARE = 0.1
 # `exact`'s longer searches: annealing runs of this many proposals per layer. Measured on GPT-OSS
 # window 13 (`exact`, 60 s): runs of 10,000 alternating with refine.py's searches 0.52%, runs of
 # 10,000 alone 0.53%, of 40,000 0.43%, one run over all the time left 0.45%

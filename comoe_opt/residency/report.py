@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from comoe_opt.residency.check_bound import BoundCertificate
+from comoe_opt.residency.check_group_bound import GroupCertificate
 from comoe_opt.residency.objective import ObjectiveTerms
 from comoe_opt.residency.placement import Placement
 from comoe_opt.results import SolveResult, Timing
@@ -72,6 +73,9 @@ class ModelReport(ResidencyReport):
     class_bound: float | None  # the hop-class model's LP bound (decompose.py), None if not computed
     certificate: BoundCertificate | None  # ... and its dual certificate (check_bound.check_certificate)
     lagrangian_bound: float | None = None  # `exact`: the class model's layers as MILPs at its LP's prices
+    # `exact`: the scenario-group bound (group_bound.py) and what check_group_bound.py recomputes it from
+    group_bound: float | None = None
+    group_certificate: GroupCertificate | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,7 +100,7 @@ ResidencyResult: TypeAlias = SolveResult[Placement, ResidencyReport]
 
 
 def _json(value: Any) -> Any:
-    if isinstance(value, BoundCertificate):
+    if isinstance(value, BoundCertificate | GroupCertificate):
         return json.loads(value.to_json())
     if isinstance(value, tuple):
         return list(value)
