@@ -48,9 +48,10 @@ def anneal(
 ) -> Placement:
     """`placement` improved by `proposals` annealing proposals per layer (never worse).
 
-    With `stop_at` (a `time.perf_counter()` value) the layers not reached by then stay as they
-    are; with a `deadline` each layer gets at most the proposals that fit its share of the time
-    left, at the pace measured so far. Either way the result then depends on the machine's speed.
+    The count is fixed: the result does not depend on the machine's speed. A `stop_at` (a
+    `time.perf_counter()` value) or a `deadline` that passes leaves the layers not yet reached
+    as they are; layers are taken from layer `seed` on (cyclically), so that runs with
+    successive seeds cut short by a deadline still reach every layer in turn.
     """
     work = problem.scenario_work_ms
     if work is None or not enumerable(work):
@@ -58,41 +59,13 @@ def anneal(
     table = CutTable.for_speeds(related_speeds(work))
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
-    pace = _Pace()
-    for layer in range(problem.layers):
+    for k in range(problem.layers):
         if (stop_at is not None and time.perf_counter() >= stop_at) or (deadline and deadline.expired()):
             break
+        layer = (seed + k) % problem.layers
         state = _Layer(problem, table, resident[layer], layer, room)
-        count = proposals
-        if deadline is not None and math.isfinite(deadline.remaining()):
-            count = pace.fitting(state, proposals, deadline.remaining() / (problem.layers - layer))
-        began = time.perf_counter()
-        resident[layer] = state.run(np.random.default_rng([seed, layer]), count, temperature)
-        pace.record(count, time.perf_counter() - began)
+        resident[layer] = state.run(np.random.default_rng([seed, layer]), proposals, temperature)
     return Placement(resident)
-
-
-class _Pace:
-    """Seconds per proposal, measured as the layers run: with a deadline each layer gets the
-    proposals that fit its share of the time left, so that every layer is annealed (a run cut at
-    the deadline would leave the last layers untouched)."""
-
-    CALIBRATION = 32  # proposals timed on a copy of the first layer, before any rate is known
-
-    def __init__(self) -> None:
-        self.proposals, self.seconds = 0, 0.0
-
-    def record(self, proposals: int, seconds: float) -> None:
-        self.proposals, self.seconds = self.proposals + proposals, self.seconds + seconds
-
-    def fitting(self, state: _Layer, proposals: int, seconds: float) -> int:
-        if not self.proposals:  # a throwaway run on a copy: the layer's own run is unchanged
-            trial = _Layer(state.p, state.table, state.resident, state.layer, state.room.copy())
-            began = time.perf_counter()
-            trial.run(np.random.default_rng(0), self.CALIBRATION, 0.0)
-            self.record(self.CALIBRATION, time.perf_counter() - began)
-        rate = self.seconds / self.proposals
-        return max(0, min(proposals, int(seconds / max(rate, 1e-9))))
 
 
 class _Layer:

@@ -248,12 +248,13 @@ def solve_with_cuts(
     mip_gap: float,
     max_rounds: int = 50,
     improve: Callable[[Placement], Placement] | None = None,
+    round_nodes: int | None = None,
 ) -> ExactOutcome:
     """Row generation to a proven gap: the best placement found, its exact objective, the bound.
 
     `improve(placement) -> placement`, when given, runs on every round's placement (a local
     search) before it is scored. Rounds start while the `deadline` has time left, each HiGHS
-    solve gets what remains.
+    solve gets what remains, and at most `round_nodes` branch-and-bound nodes when given.
     """
     began = time.perf_counter()
     try:
@@ -274,7 +275,8 @@ def solve_with_cuts(
             break
         # no setSolution start: HiGHS can return the given start's values with another
         # solution's objective when presolve solves the model (found by the property tests)
-        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2)
+        nodes = None if round_nodes is None else {"mip_max_nodes": round_nodes}
+        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2, options=nodes)
         solver = outcome.status
         info.rounds += 1
         if solver in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):

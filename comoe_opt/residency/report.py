@@ -72,6 +72,9 @@ class ModelReport(ResidencyReport):
     class_bound: float | None  # the hop-class model's LP bound (decompose.py), None if not computed
     certificate: BoundCertificate | None  # ... and its dual certificate (check_bound.check_certificate)
     lagrangian_bound: float | None = None  # `exact`: the class model's layers as MILPs at its LP's prices
+    # each step after the replica model: objective lowered and bound raised (ms), milp.STEPS' order
+    gains: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    budget: str = "time limit"  # or "work limits (no time limit)": how the steps were ended (schedule.py)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,89 @@
+"""How `milp` and `exact` divide their budget among their phases (formulations/residency.md,
+"Time limit").
+
+A solve has one of two budgets:
+
+* a time limit (`solve`, the online loop): the cheap phases run first, then each open-ended
+  phase gets at most its `SHARES` entry of the time left when it starts, so that no phase takes
+  the whole budget while one that pays has not run;
+* no time limit (evaluations: `evaluate`, `paper`, `compare`, `gap`, which must give the same
+  numbers on any machine and under any load): every phase ends on a count of work instead,
+  `WorkLimits.of(problem)`: HiGHS nodes, cut rounds, annealing runs. The annealing's proposals
+  and the searches' moves are per layer (policy.anneal_proposals, policy.search_moves), so they
+  grow with the instance; the HiGHS counts are per solve.
+
+The phases' order and shares rest on `benchmarks/bench_phases.py` (benchmarks/results/phases.md):
+what each phase gave per second at each shape.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from comoe_opt.deadline import Deadline
+from comoe_opt.residency.problem import ResidencyProblem
+
+# share of the time left when the phase starts, with a time limit; `milp` / `exact`
+SHARES: dict[str, tuple[float, float]] = {
+    # the full-model polish (small instances): on the 5 x 60 x 8 stand-in its root LP alone outlasts
+    # 40 s and its bound stays below the class bound; where it pays (no scenarios, tiny models) it
+    # closes in a fraction of a second (benchmarks/results/phases.md)
+    "polish": (0.25, 0.25),
+    # the Lagrangian over layers: `milp` runs it last, on half of what is left (GPT-OSS window 0,
+    # 10 s: 26.63 against the class LP's 26.27 ms, gap 10.8% -> 9.3%); `exact` on a fifth
+    "lagrangian": (0.5, 0.2),
+    # `exact`'s cut rounds; behind the class bound (which on every GPT-OSS window measured held what
+    # 20-60 s of rounds proved) a tenth, the rest going to the longer searches
+    "cut_rounds": (0.5, 0.5),
+    "cut_rounds_behind_classes": (0.1, 0.1),
+}
+
+
+def share(name: str, exact: bool) -> float:
+    """Phase `name`'s share of the time left."""
+    return SHARES[name][1 if exact else 0]
+
+
+@dataclass(frozen=True)
+class WorkLimits:
+    """What each open-ended phase may do in a solve without a time limit."""
+
+    replica_nodes: int  # branch-and-bound nodes of the replica-count MILP
+    polish_nodes: int  # ... of the full model's polish
+    polish_rows: int  # the polish runs only up to this many rows of the full model with scenarios
+    lagrangian_nodes: int  # ... of each layer's priced class MILP (`exact`)
+    cut_rounds: int  # `exact`'s cut model: rounds
+    cut_round_nodes: int  # ... and nodes per round's MILP
+    longer_runs: int  # `exact`'s longer searches: annealing runs (or refine.py searches)
+
+    @classmethod
+    def of(cls, problem: ResidencyProblem) -> WorkLimits:
+        del problem  # the per-layer counts (moves, proposals) already grow with the instance
+        return cls(
+            replica_nodes=REPLICA_NODES,
+            polish_nodes=POLISH_NODES,
+            polish_rows=POLISH_ROWS,
+            lagrangian_nodes=LAGRANGIAN_NODES,
+            cut_rounds=CUT_ROUNDS,
+            cut_round_nodes=CUT_ROUND_NODES,
+            longer_runs=LONGER_RUNS,
+        )
+
+
+def work_limited(deadline: Deadline) -> bool:
+    """Whether the solve has no time limit, so that its phases end on work limits."""
+    return not math.isfinite(deadline.limit_s)
+
+
+# Work limits. Sources: benchmarks/results/phases.md (2-core machine); GPT-OSS windows 0/13/20/60
+# plan in 2.8-7.4 s with them under a load of 3.6, the stand-in's windows in the times listed there
+REPLICA_NODES = 1000  # nodes; GPT-OSS and the paper baseline's replica MILPs close at the root
+POLISH_NODES = 100  # nodes of the polish, with or without a time limit
+# rows; the stand-in's full model with 8 scenarios has 18,701 and its root LP ran 40 s without
+# finishing (27,631 simplex iterations); the property tests' tiny models have at most a few hundred
+POLISH_ROWS = 6000
+LAGRANGIAN_NODES = 500  # nodes per layer; a layer stopped on them gives its dual bound
+CUT_ROUNDS = 50  # rounds, as cuts.solve_with_cuts with a time limit; the bound settles in the first few
+CUT_ROUND_NODES = 500  # nodes per round
+LONGER_RUNS = 2  # annealing runs of milp.ANNEAL_PROPOSALS per layer (or longer searches)
