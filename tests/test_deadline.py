@@ -319,11 +319,15 @@ def test_exact_ends_on_its_deadline_with_a_valid_bound(monkeypatch, highs_limits
 
 
 def test_a_generous_deadline_changes_nothing(highs_limits):
+    """A clock that stands still and one that crawls (a millisecond per reading) both leave a 60 s
+    deadline far off: the same result, optimal, nothing stopped; no real clock is read."""
     problem = spread_problem()
-    plain = solve(problem, "milp", time_limit_s=60.0, mip_gap=0.0)
-    faked = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
-    assert plain.objective == pytest.approx(faked.objective) and plain.status == faked.status
-    assert plain.report.timing.stopped_by_time_limit == () and plain.status is Status.OPTIMAL
+    still = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
+    crawling = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock(step=1e-3)))
+    assert still.objective == crawling.objective and still.status == crawling.status
+    assert (still.solution.resident == crawling.solution.resident).all()
+    assert crawling.report.timing.stopped_by_time_limit == () and crawling.status is Status.OPTIMAL
+    assert crawling.objective == pytest.approx(solve(problem, "full", time_limit_s=math.inf).objective)
 
 
 # ------------------------------------------------- planning passes limits on
@@ -375,7 +379,11 @@ def test_rolling_and_gap_hand_each_window_its_time_limit(monkeypatch):
     assert limits and set(limits) == {instance.policy.time_limit_s}
 
 
-def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table):
+def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table, monkeypatch):
+    from comoe_opt.planning import window
+
+    clock = FakeClock(step=1e-3)  # a millisecond per reading: 30 s are never reached
+    monkeypatch.setattr(window, "Deadline", lambda limit: Deadline(limit, clock))
     out = cli("solve", write_toml(table), "--time-limit", "30", "--json").json()
     report = out["report"]
     assert report["time_limit_s"] == 30.0 and report["stopped_by_time_limit"] == []

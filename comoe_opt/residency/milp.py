@@ -290,7 +290,8 @@ def _anneal(run: _Run) -> None:
 
 
 def _polish(run: _Run) -> None:
-    """The full model's polish on small instances, on its share of the time left, to
+    """The full model's polish on small instances, on its share of the time left (all of it when
+    no later step can use the rest), to
     `POLISH_NODES` nodes, when the full model with scenarios has at most `POLISH_ROWS` rows (above,
     its root LP alone outlasts the budget) and its build and hand-over, foreseen at the replica
     model's pace per row, take at most `POLISH_BUILD_SHARE` of its time."""
@@ -303,7 +304,9 @@ def _polish(run: _Run) -> None:
     if deadline.expired():
         deadline.skip("polish")
         return
-    budget = run.share("polish")
+    # its share when a later step can use the rest (the Lagrangian, `exact`'s rounds and searches)
+    later = run.certificate is not None or (run.exact and cut_model_applies(problem))
+    budget = run.share("polish") if later else deadline.share(1.0)
     foreseen = rows * run.seconds_per_row
     if foreseen > POLISH_BUILD_SHARE * budget.remaining():
         deadline.note(
