@@ -51,7 +51,14 @@ from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.refine import refine
 from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
 from comoe_opt.residency.scenarios import enumerable
-from comoe_opt.residency.schedule import POLISH_NODES, POLISH_ROWS, WorkLimits, share, work_limited
+from comoe_opt.residency.schedule import (
+    ANNEAL_PROPOSALS,
+    POLISH_NODES,
+    POLISH_ROWS,
+    WorkLimits,
+    share,
+    work_limited,
+)
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
 
 
@@ -373,7 +380,8 @@ def _cut_rounds(run: _Run) -> None:
     # without a search the rounds are all `exact` can spend its time on
     budget = run.share(name) if problem.search_moves else deadline.share(1.0)
     work = run.work
-    limits = {} if work is None else {"max_rounds": work.cut_rounds, "round_nodes": work.cut_round_nodes}
+    rounds = None if work is None else work.cut_rounds_behind_classes if run.certificate else work.cut_rounds
+    limits = {} if work is None else {"max_rounds": rounds, "round_nodes": work.cut_round_nodes}
     with deadline.phase("cut_rounds"):
         # a round's placement is searched on the whole deadline: the search is not the proof's
         cuts = solve_with_cuts(
@@ -397,6 +405,7 @@ def _longer_searches(run: _Run) -> None:
     if cut_model_applies(problem) and best.placement is not None and problem.search_moves:
         annealing = problem.scenario_work_ms is not None and enumerable(problem.scenario_work_ms)
         runs = math.inf if run.work is None else run.work.longer_runs
+        proposals = ANNEAL_PROPOSALS if run.work is None else run.work.longer_proposals
         seed = 1
         with deadline.phase("longer_search"):
             while run.open() and seed <= runs:
@@ -407,7 +416,7 @@ def _longer_searches(run: _Run) -> None:
                         deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
                     break
                 if annealing:
-                    best.anneal(problem, seed, deadline, ANNEAL_PROPOSALS)
+                    best.anneal(problem, seed, deadline, proposals)
                 else:
                     best.search_longer(problem, seed, deadline)
                 seed += 1
@@ -505,10 +514,6 @@ class _Incumbent:
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 
 
-# `exact`'s longer searches: annealing runs of this many proposals per layer. Measured on GPT-OSS
-# window 13 (`exact`, 60 s): runs of 10,000 alternating with refine.py's searches 0.52%, runs of
-# 10,000 alone 0.53%, of 40,000 0.43%, one run over all the time left 0.45%
-ANNEAL_PROPOSALS = 40_000
 EXACT_SEARCH_FACTOR = 10  # ... and where it does not apply, searches of this many times policy.search_moves
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]

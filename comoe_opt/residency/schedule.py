@@ -54,20 +54,28 @@ class WorkLimits:
     polish_rows: int  # the polish runs only up to this many rows of the full model with scenarios
     lagrangian_nodes: int  # ... of each layer's priced class MILP (`exact`)
     cut_rounds: int  # `exact`'s cut model: rounds
+    cut_rounds_behind_classes: int  # ... when the class bound is already proven
     cut_round_nodes: int  # ... and nodes per round's MILP
     longer_runs: int  # `exact`'s longer searches: annealing runs (or refine.py searches)
+    longer_proposals: int  # ... of this many proposals per layer
 
     @classmethod
     def of(cls, problem: ResidencyProblem) -> WorkLimits:
-        del problem  # the per-layer counts (moves, proposals) already grow with the instance
+        """The limits for `problem`: the per-layer counts (moves, proposals) already grow with it;
+        the cut rounds' count shrinks on all but tiny instances, where each round costs seconds;
+        `exact`'s longer annealing runs share `LONGER_PROPOSALS` proposals over all layers."""
+        shares = problem.layers * problem.experts * problem.chiplets * max(problem.scenarios, 1)
+        tiny = shares <= TINY_SHARES
         return cls(
             replica_nodes=REPLICA_NODES,
             polish_nodes=POLISH_NODES,
             polish_rows=POLISH_ROWS,
             lagrangian_nodes=LAGRANGIAN_NODES,
-            cut_rounds=CUT_ROUNDS,
+            cut_rounds=CUT_ROUNDS if tiny else CUT_ROUNDS_LARGE,
+            cut_rounds_behind_classes=CUT_ROUNDS if tiny else CUT_ROUNDS_BEHIND_CLASSES,
             cut_round_nodes=CUT_ROUND_NODES,
-            longer_runs=LONGER_RUNS,
+            longer_runs=max(1, LONGER_PROPOSALS // (problem.layers * ANNEAL_PROPOSALS)),
+            longer_proposals=min(ANNEAL_PROPOSALS, LONGER_PROPOSALS // problem.layers),
         )
 
 
@@ -84,6 +92,20 @@ POLISH_NODES = 100  # nodes of the polish, with or without a time limit
 # finishing (27,631 simplex iterations); the property tests' tiny models have at most a few hundred
 POLISH_ROWS = 6000
 LAGRANGIAN_NODES = 500  # nodes per layer; a layer stopped on them gives its dual bound
-CUT_ROUNDS = 50  # rounds, as cuts.solve_with_cuts with a time limit; the bound settles in the first few
-CUT_ROUND_NODES = 500  # nodes per round
-LONGER_RUNS = 2  # annealing runs of milp.ANNEAL_PROPOSALS per layer (or longer searches)
+# scenario shares x[l,e,c] x scenarios up to which an instance is tiny (the property tests' are at
+# most a few hundred): there the cut rounds run to `CUT_ROUNDS`, as with a time limit
+TINY_SHARES = 4096
+CUT_ROUNDS = 50  # rounds on tiny instances (cuts.solve_with_cuts' own limit)
+CUT_ROUNDS_LARGE = 10  # ... elsewhere; the bound settles in the first few rounds
+# ... and behind the class bound: on the 5 x 60 x 8 stand-in's window 0 ten rounds took 123 s and
+# raised neither bound nor objective
+CUT_ROUNDS_BEHIND_CLASSES = 2
+CUT_ROUND_NODES = 100  # nodes per round
+# `exact`'s longer annealing runs, all layers and runs together: the stand-in (5 layers) gets two
+# runs of `ANNEAL_PROPOSALS` (6 s on window 0, the only step after the annealing that lowered its
+# objective), GPT-OSS (24 layers) one of 16,666 per layer
+LONGER_PROPOSALS = 400_000
+# proposals per layer of one of `exact`'s longer runs. Measured on GPT-OSS window 13 (`exact`, 60 s):
+# runs of 10,000 alternating with refine.py's searches 0.52%, runs of 10,000 alone 0.53%, of 40,000
+# 0.43%, one run over all the time left 0.45%
+ANNEAL_PROPOSALS = 40_000
