@@ -323,6 +323,14 @@ def test_annealing_runs_a_fixed_count_whatever_the_clock():
     passed = Deadline(0.0, clock=lambda: 0.0)
     assert (anneal(p, bad, proposals=200, deadline=passed).resident == bad.resident).all()
 
+    # `exact`'s longer runs fit the proposals to a deadline's time left, on its own clock: with
+    # time to spare the count is the ceiling; with none left no layer gets a proposal
+    still = Deadline(1e9, clock=lambda: 0.0)
+    assert (anneal(p, bad, proposals=200, fit_to=still).resident == free.resident).all()
+    ticks = iter(range(10**9))
+    spent = Deadline(0.5, clock=lambda: float(next(ticks)))  # a second per reading: 0.5 s is gone
+    assert (anneal(p, bad, proposals=200, fit_to=spent).resident == bad.resident).all()
+
 
 def _some_placement(p: ResidencyProblem) -> Placement | None:
     try:

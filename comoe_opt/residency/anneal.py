@@ -45,6 +45,7 @@ def anneal(
     temperature: float = 0.002,
     stop_at: float | None = None,
     deadline: Deadline | None = None,
+    fit_to: Deadline | None = None,
 ) -> Placement:
     """`placement` improved by `proposals` annealing proposals per layer (never worse).
 
@@ -52,6 +53,10 @@ def anneal(
     `time.perf_counter()` value) or a `deadline` that passes leaves the layers not yet reached
     as they are; layers are taken from layer `seed` on (cyclically), so that runs with
     successive seeds cut short by a deadline still reach every layer in turn.
+
+    Only with `fit_to` (`exact`'s longer runs under a time limit, which end on it by design) is
+    the count a ceiling: each layer gets the proposals that fit its share of `fit_to`'s time left,
+    at the pace measured on `fit_to`'s clock, so that one run reaches every layer.
     """
     work = problem.scenario_work_ms
     if work is None or not enumerable(work):
@@ -59,13 +64,43 @@ def anneal(
     table = CutTable.for_speeds(related_speeds(work))
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
+    pace = None if fit_to is None or not math.isfinite(fit_to.limit_s) else _Pace(fit_to)
     for k in range(problem.layers):
         if (stop_at is not None and time.perf_counter() >= stop_at) or (deadline and deadline.expired()):
             break
         layer = (seed + k) % problem.layers
         state = _Layer(problem, table, resident[layer], layer, room)
-        resident[layer] = state.run(np.random.default_rng([seed, layer]), proposals, temperature)
+        count = proposals if pace is None else pace.fitting(state, proposals, problem.layers - k)
+        began = None if pace is None else pace.clock()
+        resident[layer] = state.run(np.random.default_rng([seed, layer]), count, temperature)
+        if pace is not None:
+            pace.record(count, pace.clock() - began)
     return Placement(resident)
+
+
+class _Pace:
+    """Seconds per proposal on a deadline's clock, measured as the layers run: each layer gets the
+    proposals that fit its share of the time left (a run cut at the deadline would leave the last
+    layers untouched)."""
+
+    CALIBRATION = 32  # proposals timed on a copy of the first layer, before any rate is known
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline, self.clock = deadline, deadline.clock
+        self.proposals, self.seconds = 0, 0.0
+
+    def record(self, proposals: int, seconds: float) -> None:
+        self.proposals, self.seconds = self.proposals + proposals, self.seconds + seconds
+
+    def fitting(self, state: _Layer, proposals: int, layers_left: int) -> int:
+        if not self.proposals:  # a throwaway run on a copy: the layer's own run is unchanged
+            trial = _Layer(state.p, state.table, state.resident, state.layer, state.room.copy())
+            began = self.clock()
+            trial.run(np.random.default_rng(0), self.CALIBRATION, 0.0)
+            self.record(self.CALIBRATION, self.clock() - began)
+        rate = self.seconds / self.proposals
+        share = self.deadline.remaining() / layers_left
+        return max(0, min(proposals, int(share / max(rate, 1e-9))))
 
 
 class _Layer:
