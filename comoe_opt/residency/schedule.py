@@ -50,8 +50,6 @@ class WorkLimits:
     """What each open-ended phase may do in a solve without a time limit."""
 
     replica_nodes: int  # branch-and-bound nodes of the replica-count MILP
-    polish_nodes: int  # ... of the full model's polish
-    polish_rows: int  # the polish runs only up to this many rows of the full model with scenarios
     lagrangian_nodes: int  # ... of each layer's priced class MILP (`exact`)
     cut_rounds: int  # `exact`'s cut model: rounds
     cut_rounds_behind_classes: int  # ... when the class bound is already proven
@@ -68,8 +66,6 @@ class WorkLimits:
         tiny = shares <= TINY_SHARES
         return cls(
             replica_nodes=REPLICA_NODES,
-            polish_nodes=POLISH_NODES,
-            polish_rows=POLISH_ROWS,
             lagrangian_nodes=LAGRANGIAN_NODES,
             cut_rounds=CUT_ROUNDS if tiny else CUT_ROUNDS_LARGE,
             cut_rounds_behind_classes=CUT_ROUNDS if tiny else CUT_ROUNDS_BEHIND_CLASSES,
@@ -86,10 +82,12 @@ def work_limited(deadline: Deadline) -> bool:
 
 # Work limits. Sources: benchmarks/results/phases.md (2-core machine); GPT-OSS windows 0/13/20/60
 # plan in 2.8-7.4 s with them under a load of 3.6, the stand-in's windows in the times listed there
-REPLICA_NODES = 1000  # nodes; GPT-OSS and the paper baseline's replica MILPs close at the root
-POLISH_NODES = 100  # nodes of the polish, with or without a time limit
-# rows; the stand-in's full model with 8 scenarios has 18,701 and its root LP ran 40 s without
-# finishing (27,631 simplex iterations); the property tests' tiny models have at most a few hundred
+# nodes; a cap, far above what the replica MILPs of the shapes in phases.md need (0.03-1.1 s)
+REPLICA_NODES = 1000
+POLISH_NODES = 100  # nodes of the polish, with or without a time limit (milp.py)
+# rows of the full model with scenarios up to which it is polished, with or without a time limit
+# (milp.py): the stand-in's with 8 scenarios has 18,701 and its root LP ran 40 s without finishing
+# (27,631 simplex iterations, bound below the class bound); the property tests' have a few hundred
 POLISH_ROWS = 6000
 LAGRANGIAN_NODES = 500  # nodes per layer; a layer stopped on them gives its dual bound
 # scenario shares x[l,e,c] x scenarios up to which an instance is tiny (the property tests' are at
