@@ -423,8 +423,8 @@ def _longer_searches(run: _Run) -> None:
                 else:
                     best.search_longer(problem, seed, deadline)
                 seed += 1
-    if run.cuts is not None and run.open():
-        run.status = Status.TIME_LIMIT
+    if run.cuts is not None and run.open():  # stopped short: by the time limit, or by the work limits
+        run.status = Status.TIME_LIMIT if run.work is None else Status.FEASIBLE
 
 
 # `milp`'s steps after the replica-count MILP, in this order; `exact` runs them and then its own
