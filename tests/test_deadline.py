@@ -406,3 +406,19 @@ def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table, mon
     assert list(report["phases"])[:4] == ["problem", "warm_start", "model_build", "milp"]
     assert sum(report["phases"].values()) <= report["total_s"] + 1e-9
     assert out["runtime_s"] == report["total_s"]
+
+
+def test_work_limits_are_sized_to_the_instance(monkeypatch):
+    """Without a time limit: the cut rounds run to 50 on tiny instances, fewer elsewhere and fewer
+    still behind the class bound; the longer annealing runs share one proposal budget over layers."""
+    from comoe_opt.residency import schedule
+
+    tiny = schedule.WorkLimits.of(spread_problem())
+    assert (tiny.cut_rounds, tiny.cut_rounds_behind_classes) == (50, 50)
+    monkeypatch.setattr(schedule, "TINY_SHARES", 0)
+    large = schedule.WorkLimits.of(spread_problem())
+    assert (large.cut_rounds, large.cut_rounds_behind_classes) == (10, 2)
+    layers = spread_problem().layers  # 2 layers: runs of 40,000 per layer (the cap), five of them
+    assert (large.longer_proposals, large.longer_runs) == (40_000, 400_000 // (layers * 40_000))
+    assert schedule.work_limited(Deadline(math.inf))
+    assert not schedule.work_limited(Deadline(10.0, FakeClock()))
