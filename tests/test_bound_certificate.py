@@ -290,14 +290,17 @@ def test_exact_lagrangian_at_the_certificates_prices_is_a_bound_above_the_lp(p):
     (HiGHS's ≤-row duals, ≤ 0): it must bound the brute-force optimum and, at the LP's own prices,
     be at least the LP bound (a wrong sign would price pages as a reward and break one or the other)."""
     from comoe_opt.deadline import Deadline
-    from comoe_opt.residency.milp import _Incumbent, _lagrangian_bound
+    from comoe_opt.residency.milp import _Incumbent, _lagrangian, _Run
 
     best = optimum(p)
     assume(np.isfinite(best))
     scale = max(1.0, abs(best))
     cert = certified(p)
-    incumbent = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
-    value = _lagrangian_bound(p, cert, incumbent, -math.inf, Deadline(math.inf), 0.0, share=1.0)
-    assert value is not None
+    run = _Run(p, Deadline(math.inf), 0.0, exact=True)  # no time limit: its work limits
+    run.best = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
+    run.certificate = cert
+    _lagrangian(run)
+    value = run.lagrangian
+    assert value is not None and run.bound == value
     assert value <= best + TOL * scale
     assert value >= cert.bound - TOL * scale
