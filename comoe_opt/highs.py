@@ -190,8 +190,13 @@ class DirectModel:
     def set_offset(self, offset: float) -> None:
         self.h.changeObjectiveOffset(float(offset))
 
-    def solve(self, *, time_limit_s: float | None = None, mip_gap: float | None = None) -> HighsOutcome:
+    def solve(
+        self, *, time_limit_s: float | None = None, mip_gap: float | None = None, options: dict | None = None
+    ) -> HighsOutcome:
+        """Solve as the model stands; `options` (HiGHS's, e.g. `mip_max_nodes`) stay set after."""
         self.flush()
+        for name, value in (options or {}).items():
+            self.h.setOptionValue(name, value)
         if time_limit_s is not None:
             self.h.setOptionValue("time_limit", max(time_limit_s, 0.01))
         if mip_gap is not None:

@@ -21,6 +21,7 @@ from comoe_opt.evaluator.runtime import replay
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
 from comoe_opt.planning import rolling_horizon
+from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.trace import instance_batches
 
 PACKAGE = Path(__file__).resolve().parent.parent / "comoe_opt"
@@ -192,7 +193,11 @@ def test_evaluate_uses_the_placements_solve_rolling_plans(name):
     used = replay(instance, batches, strategy).placements
     planned = list(
         rolling_horizon(
-            strategy.planning_instance(instance), batches, strategy.residency, terms=strategy.terms
+            strategy.planning_instance(instance),
+            batches,
+            strategy.residency,
+            terms=strategy.terms,
+            time_limit_s=reproducible_limit(strategy.residency),  # as evaluations plan: no clock
         )
     )
     assert [w for w, _ in used] == [p.window for p in planned]

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,9 @@ def tiny_instance() -> dict[str, Any]:
     table["hardware"]["capacity_gb"] = 16
     table["trace"]["micro_batches"] = 1000
     table["policy"]["window_batches"] = 1000
+    # runs take tenths of a second: a limit of an hour is never what ends one, even on a loaded
+    # machine, so runs in different processes and orders give the same results
+    table["policy"]["time_limit_s"] = 3600.0
     return table
 
 
@@ -90,31 +92,29 @@ def test_uninterrupted_run_stores_every_run(reference: pd.DataFrame, tmp_path: P
 
 
 def test_sigterm_then_resume_gives_the_uninterrupted_results(reference: pd.DataFrame, tmp_path: Path) -> None:
+    """SIGTERM lands as the first run is stored, while the second waits on a gate nothing opens
+    (tests/bench_gate.py): exactly one run is kept, whatever the machine's speed."""
     suite = write_suite(tmp_path)
     out = tmp_path / "out"
     runs = out / "runs"
-    command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(suite), "--jobs", "1", "--out", str(out)]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not (runs.is_dir() and any(runs.glob("*.json"))):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no run finished"
-            time.sleep(0.01)
-        before = {p.name for p in runs.glob("*.json")}
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+    args = ["bench", str(suite), "--jobs", "1", "--out", str(out)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+    }
+    gated = [sys.executable, str(ROOT / "tests" / "bench_gate.py"), str(tmp_path / "gate"), *args]
+    stopped = subprocess.run(gated, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    err = stopped.stderr
+    assert stopped.returncode == 128 + signal.SIGTERM, err
     assert "SIGTERM" in err and "Traceback" not in err
     after = {p.name for p in runs.glob("*.json")}
-    assert before <= after and 0 < len(after) < 8  # nothing finished is lost; the suite was cut short
+    assert len(after) == 1  # the stored run is kept; the waiting and queued ones are dropped
+    assert "7 unfinished runs dropped" in stopped.stdout + err
     partial = pd.read_parquet(out / "results.parquet")
     assert sorted(partial["run_id"] + ".json") == sorted(after)
     assert (out / "report.md").is_file()
 
+    command = [sys.executable, "-m", "comoe_opt.cli", *args]
     resumed = subprocess.run([*command, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(after)} finished before, {8 - len(after)} run now" in resumed.stdout

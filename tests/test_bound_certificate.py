@@ -230,13 +230,19 @@ def test_gptoss_window_13_is_recomputed():
         pytest.skip(f"GPT-OSS routing trace not present at {GPTOSS}")
     from comoe_opt.instance import load_instance
     from comoe_opt.planning import plan_window
+    from comoe_opt.residency.objective import score
     from comoe_opt.trace import instance_batches
 
     instance = load_instance(ROOT / "instances" / "real-gptoss20b.toml")
     part = instance_batches(instance).planning_window(13, instance.policy.window_batches)
     p = plan_window(instance, part, method="static").problem
     cert = BoundCertificate.from_json(certified(p).to_json())
-    assert agrees(p, cert) == pytest.approx(28.3692, abs=1e-3)  # formulations/residency.md
+    bound = agrees(p, cert)
+    assert bound == pytest.approx(28.3692, abs=1e-3)  # the value formulations/residency.md states
+    # independently: a lower bound of every placement (weak duality), here static's and greedy's
+    for method in ("static", "greedy"):
+        placement = plan_window(instance, part, method=method).result.solution
+        assert bound <= score(p, placement).total + 1e-9, method
 
 
 def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, cli):
@@ -284,15 +290,17 @@ def test_exact_lagrangian_at_the_certificates_prices_is_a_bound_above_the_lp(p):
     (HiGHS's ≤-row duals, ≤ 0): it must bound the brute-force optimum and, at the LP's own prices,
     be at least the LP bound (a wrong sign would price pages as a reward and break one or the other)."""
     from comoe_opt.deadline import Deadline
-    from comoe_opt.residency.milp import _Incumbent, _lagrangian_bound
+    from comoe_opt.residency.milp import _Incumbent, _lagrangian, _Run
 
     best = optimum(p)
     assume(np.isfinite(best))
     scale = max(1.0, abs(best))
     cert = certified(p)
-    incumbent = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
-    lagrangian = _lagrangian_bound(p, cert, incumbent, -math.inf, Deadline(math.inf), 0.0, share=1.0)
-    assert lagrangian is not None
-    value = lagrangian.bound
+    run = _Run(p, Deadline(math.inf), 0.0, exact=True)  # no time limit: its work limits
+    run.best = _Incumbent(None, best + 1.0, "test", None)  # an open gap, so that it runs
+    run.certificate = cert
+    _lagrangian(run)
+    value = run.lagrangian
+    assert value is not None and run.bound == value
     assert value <= best + TOL * scale
     assert value >= cert.bound - TOL * scale

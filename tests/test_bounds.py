@@ -78,7 +78,7 @@ def test_constant_nop_is_left_out_of_the_gap():
     # every chiplet is 1 hop away: all NoP is constant, only the balance term depends on the placement
     p = make_problem(miss=[[5.0, 5.0]], work=[[2.0, 1.0]], capacity=[1, 1], tokens=[[100.0, 100.0]],
                      nop=[1.0, 1.0])  # fmt: skip
-    r = solve(p, "milp", mip_gap=0.0)
+    r = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
     assert p.constant_ms == pytest.approx(200.0)
     assert r.constant == pytest.approx(200.0)
     assert r.objective == pytest.approx(202.0) and r.status is Status.OPTIMAL
@@ -96,7 +96,7 @@ def test_unrelated_speeds_do_not_lift_the_bound_above_the_optimum():
     optimum, _ = brute_force(p)
     assert optimum == pytest.approx(10 / 11)  # split 10:1 in each scenario
     for method in ("milp", "full"):
-        r = solve(p, method, mip_gap=0.0)
+        r = solve(p, method, mip_gap=0.0, time_limit_s=math.inf)
         assert r.bound <= optimum + TOL, method
         assert r.objective == pytest.approx(optimum, rel=1e-6), method
 
@@ -110,7 +110,7 @@ def test_full_and_exact_solve_the_scenario_objective():
                                     all_resident=True), work)  # fmt: skip
     optimum, _ = brute_force(p)
     for method in ("full", "exact"):
-        r = solve(p, method, mip_gap=0.0)
+        r = solve(p, method, mip_gap=0.0, time_limit_s=math.inf)
         assert r.status is Status.OPTIMAL, method
         assert r.objective == pytest.approx(optimum) and r.bound <= optimum + TOL, method
 
@@ -122,10 +122,10 @@ def test_exact_sees_which_experts_share_a_chiplet():
     p = with_scenarios(
         make_problem(miss=[[0, 0, 0]], work=[[4, 4, 4]], capacity=[2, 1], all_resident=True), work
     )
-    milp = solve(p, "milp", mip_gap=0.0)
+    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
     assert milp.report.replica_model_objective == pytest.approx(6.0)
     assert milp.bound == pytest.approx(8.0)  # the full model's, on an instance this small
-    exact = solve(p, "exact", mip_gap=0.0)
+    exact = solve(p, "exact", mip_gap=0.0, time_limit_s=math.inf)
     assert exact.status is Status.OPTIMAL
     assert exact.objective == pytest.approx(8.0) and exact.bound == pytest.approx(8.0)
     # the cut model on its own proves it too (here `exact` closes first with the full model's polish)
@@ -142,8 +142,8 @@ def test_all_resident_with_uneven_capacity_is_solved(capacity):
     work = rng.integers(1, 5, (layers, experts)).astype(float)
     p = make_problem(miss=np.ones((layers, experts)), work=work, capacity=capacity, all_resident=True)
     assert solve(p, "eplb").status is Status.NO_SOLUTION
-    milp = solve(p, "milp", mip_gap=0.0)
-    full = solve(p, "full", mip_gap=0.0)
+    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
+    full = solve(p, "full", mip_gap=0.0, time_limit_s=math.inf)
     assert milp.status.has_solution and full.status is Status.OPTIMAL
     assert milp.solution.resident.any(axis=2).all()
     assert milp.bound <= full.objective + TOL and full.bound <= milp.objective + TOL
@@ -245,7 +245,7 @@ def test_search_annealing_and_class_bound_keep_the_promise(p):
     p = dataclasses.replace(p, search_moves=30, anneal_proposals=60)
     optimum, _ = brute_force(p)
     scale = max(1.0, abs(optimum))
-    results = {m: solve(p, m, mip_gap=0.0) for m in ("milp", "exact")}
+    results = {m: solve(p, m, mip_gap=0.0, time_limit_s=math.inf) for m in ("milp", "exact")}
     for name, r in results.items():
         assert r.bound <= optimum + TOL * scale, name
         assert r.objective >= optimum - TOL * scale, name
@@ -262,8 +262,10 @@ def test_bound_below_optimum_below_every_method(p):
     optimum, _ = brute_force(p)
     assert np.isfinite(optimum)  # the empty placement, or the generator's, is always feasible
     scale = max(1.0, abs(optimum))
-    results = {m: solve(p, m, mip_gap=0.0) for m in ("milp", "exact", "full")}
-    results["lp"] = solve(p, "lp")
+    # no time limit: every phase ends on its work limit (residency/schedule.py), so that whether
+    # a method reaches OPTIMAL does not depend on the machine's speed or load
+    results = {m: solve(p, m, mip_gap=0.0, time_limit_s=math.inf) for m in ("milp", "exact", "full")}
+    results["lp"] = solve(p, "lp", time_limit_s=math.inf)
     assert results["lp"].bound <= optimum + TOL * scale
     for name, r in results.items():
         if name == "lp":
@@ -281,7 +283,7 @@ def test_bound_below_optimum_below_every_method(p):
         assert results["exact"].status is Status.OPTIMAL  # row generation closes too
         assert results["exact"].report.cut_rounds is None or results["exact"].report.cut_rounds >= 1
     for name in HEURISTICS:
-        h = solve(p, name)
+        h = solve(p, name, time_limit_s=math.inf)
         if h.status.has_solution:
             if name in warm_starts():  # the MILP starts from these: never worse than any of them
                 assert results["milp"].objective <= h.objective + TOL * scale, name

@@ -225,16 +225,32 @@ def test_the_full_method_gets_what_its_build_left(monkeypatch, highs_limits):
 
 
 def test_a_polish_whose_build_would_not_fit_is_skipped(highs_limits):
-    clock = FakeClock()
+    """`milp` without the class bound: the polish may take all of the 10 s left (no later step
+    could use them), and runs only when its build, foreseen at the measured pace, fits half."""
     problem = spread_problem()
-    best = solve_module._Incumbent.of(solve_module._heuristic(problem, "greedy"))
-    deadline = Deadline(10.0, clock)
     rows = solve_module._full_model_rows(problem)
-    pace = 6.0 / rows  # the build is foreseen at 6 s: more than half of the 10 s left
-    assert solve_module._polish(problem, best, deadline, 0.0, pace) is None
-    assert highs_limits == [] and "polish: skipped" in deadline.notes[0]
-    polish = solve_module._polish(problem, best, deadline, 0.0, 4.0 / rows)  # 4 s fits
-    assert polish is not None and highs_limits == [pytest.approx(10.0)]
+
+    def polish_run(pace: float):
+        run = solve_module._Run(problem, Deadline(10.0, FakeClock()), 0.0, exact=False)
+        run.best = solve_module._Incumbent.of(solve_module._heuristic(problem, "greedy"))
+        run.bound, run.seconds_per_row = -math.inf, pace
+        solve_module._polish(run)
+        return run
+
+    skipped = polish_run(6.0 / rows)  # the build is foreseen at 6 s: more than half of the 10 s left
+    assert skipped.polish is None and highs_limits == [] and "polish: skipped" in skipped.deadline.notes[0]
+    ran = polish_run(4.0 / rows)  # 4 s fits
+    assert ran.polish is not None and highs_limits == [pytest.approx(10.0)]
+
+
+def test_the_polish_leaves_its_share_when_a_later_step_can_use_the_rest(highs_limits):
+    """With `exact` on scenarios the rounds and searches follow: HiGHS gets a quarter of 10 s."""
+    problem = scenario_problem()
+    run = solve_module._Run(problem, Deadline(10.0, FakeClock()), 0.0, exact=True)
+    run.best = solve_module._Incumbent.of(solve_module._heuristic(problem, "greedy"))
+    run.bound, run.seconds_per_row = -math.inf, 0.0
+    solve_module._polish(run)
+    assert run.polish is not None and highs_limits == [pytest.approx(2.5)]
 
 
 def test_the_full_model_rows_are_foreseen_exactly():
@@ -276,10 +292,10 @@ def test_cut_rounds_stop_when_their_share_passes(monkeypatch):
     real = cuts.DirectModel.solve
     limits = []
 
-    def slow_round(self, *, time_limit_s=None, mip_gap=None):
+    def slow_round(self, *, time_limit_s=None, mip_gap=None, options=None):
         limits.append(time_limit_s)
         clock.advance(2.0)
-        return real(self, time_limit_s=time_limit_s, mip_gap=mip_gap)
+        return real(self, time_limit_s=time_limit_s, mip_gap=mip_gap, options=options)
 
     monkeypatch.setattr(cuts.DirectModel, "solve", slow_round)
     problem = scenario_problem(moves=0)
@@ -319,11 +335,15 @@ def test_exact_ends_on_its_deadline_with_a_valid_bound(monkeypatch, highs_limits
 
 
 def test_a_generous_deadline_changes_nothing(highs_limits):
+    """A clock that stands still and one that crawls (a millisecond per reading) both leave a 60 s
+    deadline far off: the same result, optimal, nothing stopped; no real clock is read."""
     problem = spread_problem()
-    plain = solve(problem, "milp", time_limit_s=60.0, mip_gap=0.0)
-    faked = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
-    assert plain.objective == pytest.approx(faked.objective) and plain.status == faked.status
-    assert plain.report.timing.stopped_by_time_limit == () and plain.status is Status.OPTIMAL
+    still = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock()))
+    crawling = solve(problem, "milp", mip_gap=0.0, deadline=Deadline(60.0, FakeClock(step=1e-3)))
+    assert still.objective == crawling.objective and still.status == crawling.status
+    assert (still.solution.resident == crawling.solution.resident).all()
+    assert crawling.report.timing.stopped_by_time_limit == () and crawling.status is Status.OPTIMAL
+    assert crawling.objective == pytest.approx(solve(problem, "full", time_limit_s=math.inf).objective)
 
 
 # ------------------------------------------------- planning passes limits on
@@ -372,13 +392,33 @@ def test_rolling_and_gap_hand_each_window_its_time_limit(monkeypatch):
     assert len(plans) == len(limits) == 3 and set(limits) == {7.0}
     limits.clear()
     gap.slow_loop_gap(instance, batches, count=1)
-    assert limits and set(limits) == {instance.policy.time_limit_s}
+    assert limits and set(limits) == {math.inf}  # an evaluation: work limits, no clock
 
 
-def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table):
+def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table, monkeypatch):
+    from comoe_opt.planning import window
+
+    clock = FakeClock(step=1e-3)  # a millisecond per reading: 30 s are never reached
+    monkeypatch.setattr(window, "Deadline", lambda limit: Deadline(limit, clock))
     out = cli("solve", write_toml(table), "--time-limit", "30", "--json").json()
     report = out["report"]
     assert report["time_limit_s"] == 30.0 and report["stopped_by_time_limit"] == []
     assert list(report["phases"])[:4] == ["problem", "warm_start", "model_build", "milp"]
     assert sum(report["phases"].values()) <= report["total_s"] + 1e-9
     assert out["runtime_s"] == report["total_s"]
+
+
+def test_work_limits_are_sized_to_the_instance(monkeypatch):
+    """Without a time limit: the cut rounds run to 50 on tiny instances, fewer elsewhere and fewer
+    still behind the class bound; the longer annealing runs share one proposal budget over layers."""
+    from comoe_opt.residency import schedule
+
+    tiny = schedule.WorkLimits.of(spread_problem())
+    assert (tiny.cut_rounds, tiny.cut_rounds_behind_classes) == (50, 50)
+    monkeypatch.setattr(schedule, "TINY_SHARES", 0)
+    large = schedule.WorkLimits.of(spread_problem())
+    assert (large.cut_rounds, large.cut_rounds_behind_classes) == (10, 2)
+    layers = spread_problem().layers  # 2 layers: runs of 40,000 per layer (the cap), five of them
+    assert (large.longer_proposals, large.longer_runs) == (40_000, 400_000 // (layers * 40_000))
+    assert schedule.work_limited(Deadline(math.inf))
+    assert not schedule.work_limited(Deadline(10.0, FakeClock()))

@@ -8,6 +8,7 @@ them (chiplet capacity, budget, quotas), which is every placement of the window.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_the_class_bound_sees_which_expert_gets_the_near_chiplet():
     # a near, b far costs makespan 3 + NoP 1 = 4. The replica counts see only the makespan (3).
     p = scenario_problem([[[3, 1]]], [1, 1], tokens=[[3, 1]], nop=[0, 1], all_resident=True)
     assert optimum(p) == pytest.approx(4.0)
-    assert solve(p, "lp").bound == pytest.approx(3.0)
+    assert solve(p, "lp", time_limit_s=math.inf).bound == pytest.approx(3.0)
     r = run(p)
     assert r.root_bound == pytest.approx(4.0) and r.bound == pytest.approx(4.0)
     assert r.lagrangian_bound == pytest.approx(4.0)
@@ -128,7 +129,7 @@ def test_exact_takes_the_class_lp_bound():
     p = scenario_problem([[[3, 1]]], [1, 1], tokens=[[3, 1]], nop=[0, 1], all_resident=True)
     assert class_lp_bound(p) == pytest.approx(4.0)  # the optimum; the replica counts prove 3
     assert class_lp_bound(make_problem(miss=[[1.0]], work=[[1.0]], capacity=[1, 1])) is None
-    exact = solve(p, "exact", mip_gap=0.0)
+    exact = solve(p, "exact", mip_gap=0.0, time_limit_s=math.inf)
     assert exact.bound == pytest.approx(4.0) and exact.objective == pytest.approx(4.0)
 
 
@@ -166,7 +167,7 @@ def test_four_experts_on_three_chiplets_over_two_layers():
     best = optimum(p)
     r = run(p)
     assert r.bound <= best + TOL <= r.objective + 2 * TOL
-    assert r.bound > solve(p, "lp").bound + 0.1  # the NoP of the far chiplet is seen
+    assert r.bound > solve(p, "lp", time_limit_s=math.inf).bound + 0.1  # the NoP of the far chiplet is seen
     assert lagrangian_value(p, r.prices).bound == pytest.approx(r.lagrangian_bound)
 
 
@@ -305,14 +306,30 @@ def test_annealing_separates_experts_that_burst_together():
     assert score(p, good).total == pytest.approx(4.0)
 
 
-def test_annealing_under_a_deadline_sizes_each_layer_to_the_time_left():
-    from comoe_opt.residency.anneal import _Pace
+def test_annealing_runs_a_fixed_count_whatever_the_clock():
+    """The proposals are a count, not sized by the measured speed: on a clock that jumps an hour
+    per reading, a deadline far off gives the placement the annealing gives without one; one
+    that has passed leaves the placement as it is."""
+    from comoe_opt.deadline import Deadline
 
-    pace = _Pace()
-    pace.record(100, 1.0)  # 10 ms per proposal measured so far
-    assert pace.fitting(None, 5000, 2.0) == 200  # a 2 s share fits 200
-    assert pace.fitting(None, 50, 2.0) == 50  # never more than asked
-    assert pace.fitting(None, 50, 0.0) == 0
+    work = [[[4, 4, 0, 0]], [[0, 0, 4, 4]]]
+    p = scenario_problem(work, [2, 2], tokens=[[1, 1, 1, 1]], nop=[0, 0], all_resident=True)
+    bad = Placement(np.array([[[1, 0], [1, 0], [0, 1], [0, 1]]], dtype=bool))
+    hour = iter(range(0, 10**9, 3600))
+    crawling = Deadline(1e12, clock=lambda: float(next(hour)))
+    free = anneal(p, bad, proposals=200)
+    timed = anneal(p, bad, proposals=200, deadline=crawling)
+    assert (timed.resident == free.resident).all() and score(p, timed).total == pytest.approx(4.0)
+    passed = Deadline(0.0, clock=lambda: 0.0)
+    assert (anneal(p, bad, proposals=200, deadline=passed).resident == bad.resident).all()
+
+    # `exact`'s longer runs fit the proposals to a deadline's time left, on its own clock: with
+    # time to spare the count is the ceiling; with none left no layer gets a proposal
+    still = Deadline(1e9, clock=lambda: 0.0)
+    assert (anneal(p, bad, proposals=200, fit_to=still).resident == free.resident).all()
+    ticks = iter(range(10**9))
+    spent = Deadline(0.5, clock=lambda: float(next(ticks)))  # a second per reading: 0.5 s is gone
+    assert (anneal(p, bad, proposals=200, fit_to=spent).resident == bad.resident).all()
 
 
 def _some_placement(p: ResidencyProblem) -> Placement | None:

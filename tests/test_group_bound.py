@@ -139,18 +139,24 @@ def test_the_pipeline_step_lifts_the_lagrangian_and_its_certificate_recomputes()
     # scenarios proves the optimum 16 / 3. `exact`'s step runs on tiny instances only when the full
     # model's polish leaves the gap open, so it is called here as `solve_milp` calls it
     from comoe_opt.deadline import Deadline
-    from comoe_opt.residency.milp import _group_bound, _Incumbent, _lagrangian_bound
+    from comoe_opt.residency.milp import _group_bound, _Incumbent, _lagrangian, _Run
     from comoe_opt.residency.solve import solve
 
     work = [[[4, 4, 0]], [[4, 0, 4]], [[0, 4, 4]]]
     p = scenario_problem(work, [2, 2], tokens=[[1, 1, 1]], nop=[0, 0], all_resident=True, max_replicas=1)
     placed = solve(p, "milp", mip_gap=0.0).solution
-    incumbent = _Incumbent(placed, 16 / 3 + 1.0, "test", None)  # an open gap, so that both run
-    cert = class_lp_certificate(p)
-    lagrangian = _lagrangian_bound(p, cert, incumbent, cert.bound, Deadline(math.inf), 0.0, share=1.0)
-    assert lagrangian.bound == pytest.approx(4.0)
-    groups = _group_bound(p, cert, lagrangian, incumbent, lagrangian.bound, Deadline(math.inf), 0.0)
-    assert groups.bound == pytest.approx(16 / 3, rel=1e-6)
+    # a time limit the step can never reach, on a clock that does not move: the group step runs only
+    # with a time limit (on work limits it is left out), and nothing here depends on speed
+    run = _Run(p, Deadline(1e9, clock=lambda: 0.0), 0.0, exact=True)
+    run.best = _Incumbent(placed, 16 / 3 + 1.0, "test", None)  # an open gap, so that both run
+    run.certificate = class_lp_certificate(p)
+    run.bound = run.certificate.bound
+    _lagrangian(run)
+    assert run.lagrangian == pytest.approx(4.0)
+    _group_bound(run)
+    groups = run.groups
+    assert groups is not None and groups.bound == pytest.approx(16 / 3, rel=1e-6)
+    assert run.bound == pytest.approx(groups.bound)
     text = json.dumps(json.loads(groups.certificate(p).to_json()))
     assert check_group_certificate(p, GroupCertificate.from_json(text)) == pytest.approx(groups.bound)
 

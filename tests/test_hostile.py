@@ -9,6 +9,7 @@ stderr lines, orphan workers, and the smaller ones.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -266,7 +267,7 @@ def test_a_milp_stopped_before_its_root_bound_reports_the_lp_bound(monkeypatch) 
     problem = make_problem(
         miss=[[5.0, 3.0, 2.0, 1.0]], work=[[4.0, 2.0, 1.0, 1.0]], capacity=[2, 2, 2], budget=5
     )
-    result = solve(problem, "milp", time_limit_s=5, mip_gap=1e-6)
+    result = solve(problem, "milp", time_limit_s=math.inf, mip_gap=1e-6)
     assert np.isfinite(result.bound) and result.bound <= result.objective + 1e-9
     assert result.report.replica_model_bound_from.startswith("LP relaxation")
     lp = solve_module.solve_lp(problem)  # the full-model polish of a small instance may raise it further
@@ -306,12 +307,12 @@ def test_bench_out_is_checked_before_the_first_run(tmp_path: Path, cli, table) -
 # ------------------------------------------------------ 4. orphan workers
 
 ORPHAN_SCRIPT = """
-import os, time
+import os, threading
 from comoe_opt.parallel import parallel_map
 
 def work(i):
     print(os.getpid(), flush=True)
-    time.sleep(120)
+    threading.Event().wait()  # blocks until the worker is stopped: no sleep
     return i
 
 if __name__ == "__main__":

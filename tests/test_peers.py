@@ -95,7 +95,12 @@ def test_evaluate_writes_the_placements_it_used(write_toml, cli, tmp_path):
                  "--jobs", "1", "--json")  # fmt: skip
     assert result.code == 0
     rows = {r["strategy"]: r for r in result.json()["results"]}
-    assert result.json()["peers"] is not None
+    peers = result.json()["peers"]  # recomputed here from the rows' P95 imbalance
+    eplb, oracle, comoe = (rows[k]["token_imbalance_p95"] for k in ("eplb-flow", "oracle", "comoe"))
+    assert oracle <= eplb + 1e-12  # the oracle re-plans every step: no worse than EPLB's windows
+    assert peers["lead_over_eplb_optimal_routing"] == pytest.approx((eplb - comoe) / eplb)
+    if eplb > oracle:
+        assert peers["gap_closed_to_oracle"] == pytest.approx((eplb - comoe) / (eplb - oracle))
     for name in ("eplb-flow", "oracle", "comoe"):
         used = json.loads((out / f"{name}.json").read_text())
         assert used["strategy"] == name and used["devices"] == 4

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import make_problem as problem
@@ -32,28 +34,28 @@ def test_two_slots_keep_the_two_costliest_misses():
     # expert 2's load (1 ms) and a makespan of 2 (work 2 | 1 + 1): 3 ms.
     p = problem(miss=[[5, 3, 1]], work=[[2, 1, 1]], capacity=[1, 1])
     for method in ("milp", "full"):
-        result = solve(p, method)
+        result = solve(p, method, time_limit_s=math.inf)
         assert result.status == Status.OPTIMAL
         assert result.objective == pytest.approx(3.0)
         assert result.solution.replicas()[0].tolist() == [1, 1, 0]
-    assert solve(p, "milp").bound == pytest.approx(3.0)
+    assert solve(p, "milp", time_limit_s=math.inf).bound == pytest.approx(3.0)
 
 
 def test_a_heavy_expert_is_replicated_to_balance():
     # expert 0's work 4 on one chiplet gives makespan 4; two replicas split it: (4 + 0.5) / 2.
     p = problem(miss=[[10, 1]], work=[[4, 0.5]], capacity=[2, 2])
-    result = solve(p, "milp")
+    result = solve(p, "milp", time_limit_s=math.inf)
     assert result.objective == pytest.approx(2.25)
     assert result.solution.replicas()[0].tolist()[0] == 2
     assert result.status == Status.OPTIMAL
-    assert solve(p, "full").objective == pytest.approx(2.25)
+    assert solve(p, "full", time_limit_s=math.inf).objective == pytest.approx(2.25)
 
 
 def test_copy_cost_keeps_what_is_there():
     # expert 0 already sits on chiplet 1; copying expert 1 (10 ms) costs more than its misses (5 ms).
     prev = [[[False, True], [False, False]]]
     p = problem(miss=[[5, 5]], work=[[1, 1]], capacity=[1, 1], copy_ms=10.0, previous=prev)
-    result = solve(p, "milp")
+    result = solve(p, "milp", time_limit_s=math.inf)
     assert result.objective == pytest.approx(6.0)
     assert result.solution.resident[0].tolist() == [[False, True], [False, False]]
     assert result.report.terms.pages_moved == 0
@@ -63,7 +65,7 @@ def test_window_length_scales_per_batch_terms_not_copies():
     prev = [[[False, True], [False, False]]]
     p = problem(miss=[[5, 5]], work=[[1, 1]], capacity=[1, 1], copy_ms=10.0, previous=prev, batches=3)
     # now copying expert 1 pays: 3 * (1 + 0) + 10 = 13 < 3 * (1 + 5) = 18
-    result = solve(p, "milp")
+    result = solve(p, "milp", time_limit_s=math.inf)
     assert result.objective == pytest.approx(13.0)
     assert result.report.terms.pages_moved == 1
 
@@ -72,7 +74,7 @@ def test_tenant_quota_caps_pages():
     owner = Tenant("a", np.array([[True, True, False]]), max_pages=1)
     p = problem(miss=[[5, 4, 1]], work=[[1, 1, 1]], capacity=[2, 2], tenants=(owner,))
     for method in ("milp", "full", *HEURISTICS):
-        placement = solve(p, method).solution
+        placement = solve(p, method, time_limit_s=math.inf).solution
         assert int(placement.resident[0, :2].sum()) <= 1, method
         assert not check_feasible(p, placement)
 
@@ -92,7 +94,7 @@ def test_leases_beyond_capacity_name_the_chiplet():
 def test_all_resident_keeps_every_expert():
     p = problem(miss=[[0, 0, 3, 1]], work=[[1, 1, 1, 1]], capacity=[2, 2], all_resident=True)
     for method in ("milp", "full", *HEURISTICS):
-        assert (solve(p, method).solution.replicas() >= 1).all(), method
+        assert (solve(p, method, time_limit_s=math.inf).solution.replicas() >= 1).all(), method
 
 
 # ------------------------------------------------------- property tests
@@ -136,9 +138,9 @@ def small_problems(draw):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_milp_matches_the_exact_full_model_and_beats_heuristics(p):
-    full = solve(p, "full", mip_gap=0.0, time_limit_s=60)
+    full = solve(p, "full", mip_gap=0.0, time_limit_s=math.inf)
     assume(full.status == Status.OPTIMAL)
-    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=60)
+    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
     scale = max(1.0, abs(full.objective))
     # the replica-count model is a relaxation: its bound never exceeds the true optimum
     assert milp.bound <= full.objective + TOL * scale
@@ -147,7 +149,7 @@ def test_milp_matches_the_exact_full_model_and_beats_heuristics(p):
     for name, declared in HEURISTICS.items():
         if not declared.leases and p.leased is not None and p.leased.any():
             continue  # re-plans from scratch (EPLB, the engines' balancers): it does not honour leases
-        heuristic = solve(p, name)
+        heuristic = solve(p, name, time_limit_s=math.inf)
         if not declared.warm_start and not heuristic.status.has_solution:
             continue  # an engine's balancer may not plan within the problem's limits
         assert not check_feasible(p, heuristic.solution), name
@@ -165,8 +167,8 @@ def test_milp_matches_the_exact_full_model_and_beats_heuristics(p):
 @settings(max_examples=25, deadline=None)
 @given(small_problems())
 def test_lp_bound_is_below_the_replica_model_optimum(p):
-    lp = solve(p, "lp")
-    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=60)
+    lp = solve(p, "lp", time_limit_s=math.inf)
+    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
     assert lp.objective <= milp.objective + TOL * max(1.0, milp.objective)
 
 
@@ -185,10 +187,10 @@ def test_paper_window_replica_model_is_small_and_proves_the_gap(paper):
     p = residency_problem(instance, demand)
     model = build_replica_model(p)
     assert len(model.w) <= 3 * p.layers * p.experts  # no chiplet index: no chiplet symmetry
-    result = solve(p, "milp", time_limit_s=60, mip_gap=1e-3)
+    result = solve(p, "milp", time_limit_s=math.inf, mip_gap=1e-3)
     assert result.bound <= result.objective
     for name in warm_starts():  # the MILP starts from these: never worse than any of them
-        assert result.objective <= solve(p, name).objective + TOL
+        assert result.objective <= solve(p, name, time_limit_s=math.inf).objective + TOL
 
 
 def test_rolling_horizon_respects_leases_and_counts_moves(paper):
@@ -283,7 +285,7 @@ def test_spare_pages_take_replicas_without_raising_the_objective():
 
     # room for 6 pages, 3 experts: the optimum needs 3; the spare ones replicate the burstiest expert
     p = problem(miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]])
-    result = solve(p, "milp")
+    result = solve(p, "milp", time_limit_s=math.inf)
     assert result.solution.pages > 3 and result.report.spare_replicas > 0
     assert result.solution.replicas()[0, 0] == 2  # the expert with the largest peak per replica
     assert not check_feasible(p, result.solution)

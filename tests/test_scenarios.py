@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -139,7 +140,7 @@ def test_scenario_objective_by_hand():
     assert score(p, one_each).balance_ms == pytest.approx(10 * 4.0)
     two_of_0 = Placement(np.array([[[True, True], [True, False]]]))
     assert score(p, two_of_0).balance_ms == pytest.approx(10 * 3.0)
-    best = solve(p, "milp")
+    best = solve(p, "milp", time_limit_s=math.inf)
     assert best.objective == pytest.approx(30.0)
     assert best.solution.replicas()[0].tolist() in ([2, 1], [1, 2])
 
@@ -218,7 +219,7 @@ def test_search_keeps_every_limit_and_never_raises_the_objective(p):
 @given(scenario_problems())
 def test_scenario_milp_bound_holds_and_beats_heuristics(p):
     exact = brute_force(p)
-    milp = solve(p, "milp", mip_gap=0.0)
+    milp = solve(p, "milp", mip_gap=0.0, time_limit_s=math.inf)
     scale = max(1.0, exact)
     assert milp.bound <= exact + TOL * scale  # Jensen: the mean-load relaxation still bounds
     assert milp.objective >= exact - TOL * scale
@@ -227,7 +228,7 @@ def test_scenario_milp_bound_holds_and_beats_heuristics(p):
     for name in warm_starts():  # the MILP starts from these: never worse than any of them
         if name == "eplb" and p.leased is not None and p.leased.any():
             continue
-        assert milp.objective <= solve(p, name).objective + TOL * scale, name
+        assert milp.objective <= solve(p, name, time_limit_s=math.inf).objective + TOL * scale, name
 
 
 def test_search_spreads_a_bursty_experts_replicas():

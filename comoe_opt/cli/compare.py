@@ -37,7 +37,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     unknown = sorted(set(peers) - set(cmp.PEERS))
     if unknown:
         raise ComoeError(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(cmp.PEERS)})")
-    if not args.hindsight_limit > 0:
+    if args.hindsight_limit is not None and not args.hindsight_limit > 0:
         raise ComoeError(f"--hindsight-limit must be positive, got {args.hindsight_limit}")
     settings = cmp.CompareSettings(
         peers=peers,

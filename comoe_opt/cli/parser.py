@@ -186,7 +186,10 @@ def _compare(verbs: Any) -> None:
     )
     cmp.add_argument("--peers", default=",".join(COMPARE_PEERS), metavar="A,B,...", help="peers to plan")
     cmp.add_argument(
-        "--hindsight-limit", type=float, default=2.0, help="seconds of `exact` per window for hindsight (2)"
+        "--hindsight-limit",
+        type=float,
+        default=None,
+        help="seconds of `exact` per window for hindsight (default: work limits, machine-independent)",
     )
     cmp.add_argument(
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"

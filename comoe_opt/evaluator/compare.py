@@ -16,9 +16,9 @@ serves under three routings:
 
 Two limits: the **oracle** (EPLB planned on each step's own counts, in place at once, optimally
 routed) and **hindsight** (per served window, the `exact` model planned on that window's own
-steps within `hindsight_limit_s`). The **bound** is `milp`'s proven lower bound on the planning
-objective of `bound_windows` windows (balance on the history's scenarios, every copy free), each
-peer's plan of those windows scored on it.
+steps, on the work limits of an evaluation unless `hindsight_limit_s` is given). The **bound**
+is `milp`'s proven lower bound on the planning objective of `bound_windows` windows (balance on
+the history's scenarios, every copy free), each peer's plan of those windows scored on it.
 """
 
 from __future__ import annotations
@@ -56,9 +56,11 @@ ENGINE_TERMS = TERMS - {"prefetch"}  # only CoMoE plans with what prefetch hides
 class CompareSettings:
     peers: tuple[str, ...] = PEERS
     steps: int = 0  # the first N steps (0 = all)
-    hindsight_limit_s: float = 2.0  # `exact` per served window, planned on its own steps
+    # `exact` per served window, planned on its own steps: seconds, or None for the work limits
+    # of an evaluation (residency/schedule.py), so that the numbers do not depend on the machine
+    hindsight_limit_s: float | None = None
     bound_windows: int = 8  # windows the milp bound is computed on, spread evenly
-    bound_limit_s: float = 10.0
+    bound_limit_s: float | None = None  # `milp`'s bound: seconds, or None for work limits
 
 
 @dataclass
@@ -278,14 +280,17 @@ def oracle_loads(instance: Instance, steps: np.ndarray) -> np.ndarray:
 
 
 def hindsight_run(
-    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], limit_s: float
+    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], limit_s: float | None
 ) -> PeerRun:
     """Per served window, `exact` planned on that window's own steps (no copy cost)."""
     run = PeerRun()
     for start, stop in spans:
         began = time.perf_counter()
         plan = plan_window(
-            instance, window_demand_of(instance, steps[start:stop]), method="exact", time_limit_s=limit_s
+            instance,
+            window_demand_of(instance, steps[start:stop]),
+            method="exact",
+            time_limit_s=reproducible_limit("exact") if limit_s is None else limit_s,
         )
         if plan.result.solution is None:
             raise ComoeError(f"hindsight: exact found no placement for steps {start}..{stop - 1}")
@@ -314,7 +319,8 @@ def bound_gaps(
             window_demand_of(instance, steps[history[0] : history[1]]),
             batches=spans[w][1] - spans[w][0],
         )
-        result = solve(problem, "milp", time_limit_s=settings.bound_limit_s)
+        limit = reproducible_limit("milp") if settings.bound_limit_s is None else settings.bound_limit_s
+        result = solve(problem, "milp", time_limit_s=limit)
         bound = result.bound - problem.constant_ms
         bounds.append(bound)
         for peer, run in runs.items():
@@ -392,7 +398,7 @@ def markdown(result: dict[str, Any]) -> str:
         " Imbalance = largest / mean device load per (step, layer); balancedness = mean / largest"
         " (SGLang: per layer and step, averaged; vLLM: summed over layers, per step). Gap to bound:"
         f" on the planning objective of windows {r['bound']['windows']}, to milp's proven lower bound."
-        f" Hindsight: exact within {r['hindsight_limit_s']:g} s per window."
+        f" Hindsight: exact {_within(r['hindsight_limit_s'])} per window."
     )
     lines = [
         head,
@@ -410,6 +416,10 @@ def markdown(result: dict[str, Any]) -> str:
             f" | {r['balancedness_sglang']:.3f} | {r['balancedness_vllm']:.3f} | {copies} | {plan} | {gap} |"
         )
     return "\n".join(lines)
+
+
+def _within(limit_s: float | None) -> str:
+    return "on work limits" if limit_s is None else f"within {limit_s:g} s"
 
 
 def redundancy_markdown(result: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from comoe_opt.instance import Instance
+from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.planning.window import plan_window
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.solve import solve
@@ -26,12 +27,14 @@ def slow_loop_gap(instance: Instance, batches: MicroBatches, count: int = 3) -> 
     rows: list[dict[str, Any]] = []
     policy = instance.policy
     for w, (start, stop) in enumerate(windows(batches.batches, policy.window_batches)[:count]):
-        plan = plan_window(instance, batches.window(start, stop), method="exact")
+        # every method on the work limits of an evaluation: the table does not depend on the machine
+        limit = reproducible_limit("exact")
+        plan = plan_window(instance, batches.window(start, stop), method="exact", time_limit_s=limit)
         reference = plan.result
         results = {"exact": reference}
         for name in ("milp", *HEURISTICS):
             results[name] = solve(
-                plan.problem, name, time_limit_s=policy.time_limit_s, mip_gap=policy.mip_gap
+                plan.problem, name, time_limit_s=reproducible_limit(name), mip_gap=policy.mip_gap
             )
         bound = max(r.bound for r in results.values())
         best = min(r.objective for r in results.values())

@@ -45,12 +45,18 @@ def anneal(
     temperature: float = 0.002,
     stop_at: float | None = None,
     deadline: Deadline | None = None,
+    fit_to: Deadline | None = None,
 ) -> Placement:
     """`placement` improved by `proposals` annealing proposals per layer (never worse).
 
-    With `stop_at` (a `time.perf_counter()` value) the layers not reached by then stay as they
-    are; with a `deadline` each layer gets at most the proposals that fit its share of the time
-    left, at the pace measured so far. Either way the result then depends on the machine's speed.
+    The count is fixed: the result does not depend on the machine's speed. A `stop_at` (a
+    `time.perf_counter()` value) or a `deadline` that passes leaves the layers not yet reached
+    as they are; layers are taken from layer `seed` on (cyclically), so that runs with
+    successive seeds cut short by a deadline still reach every layer in turn.
+
+    Only with `fit_to` (`exact`'s longer runs under a time limit, which end on it by design) is
+    the count a ceiling: each layer gets the proposals that fit its share of `fit_to`'s time left,
+    at the pace measured on `fit_to`'s clock, so that one run reaches every layer.
     """
     work = problem.scenario_work_ms
     if work is None or not enumerable(work):
@@ -58,41 +64,43 @@ def anneal(
     table = CutTable.for_speeds(related_speeds(work))
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
-    pace = _Pace()
-    for layer in range(problem.layers):
+    pace = None if fit_to is None or not math.isfinite(fit_to.limit_s) else _Pace(fit_to)
+    for k in range(problem.layers):
         if (stop_at is not None and time.perf_counter() >= stop_at) or (deadline and deadline.expired()):
             break
+        layer = (seed + k) % problem.layers
         state = _Layer(problem, table, resident[layer], layer, room)
-        count = proposals
-        if deadline is not None and math.isfinite(deadline.remaining()):
-            count = pace.fitting(state, proposals, deadline.remaining() / (problem.layers - layer))
-        began = time.perf_counter()
+        count = proposals if pace is None else pace.fitting(state, proposals, problem.layers - k)
+        began = None if pace is None else pace.clock()
         resident[layer] = state.run(np.random.default_rng([seed, layer]), count, temperature)
-        pace.record(count, time.perf_counter() - began)
+        if pace is not None:
+            pace.record(count, pace.clock() - began)
     return Placement(resident)
 
 
 class _Pace:
-    """Seconds per proposal, measured as the layers run: with a deadline each layer gets the
-    proposals that fit its share of the time left, so that every layer is annealed (a run cut at
-    the deadline would leave the last layers untouched)."""
+    """Seconds per proposal on a deadline's clock, measured as the layers run: each layer gets the
+    proposals that fit its share of the time left (a run cut at the deadline would leave the last
+    layers untouched)."""
 
     CALIBRATION = 32  # proposals timed on a copy of the first layer, before any rate is known
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline, self.clock = deadline, deadline.clock
         self.proposals, self.seconds = 0, 0.0
 
     def record(self, proposals: int, seconds: float) -> None:
         self.proposals, self.seconds = self.proposals + proposals, self.seconds + seconds
 
-    def fitting(self, state: _Layer, proposals: int, seconds: float) -> int:
+    def fitting(self, state: _Layer, proposals: int, layers_left: int) -> int:
         if not self.proposals:  # a throwaway run on a copy: the layer's own run is unchanged
             trial = _Layer(state.p, state.table, state.resident, state.layer, state.room.copy())
-            began = time.perf_counter()
+            began = self.clock()
             trial.run(np.random.default_rng(0), self.CALIBRATION, 0.0)
-            self.record(self.CALIBRATION, time.perf_counter() - began)
+            self.record(self.CALIBRATION, self.clock() - began)
         rate = self.seconds / self.proposals
-        return max(0, min(proposals, int(seconds / max(rate, 1e-9))))
+        share = self.deadline.remaining() / layers_left
+        return max(0, min(proposals, int(share / max(rate, 1e-9))))
 
 
 class _Layer:

@@ -257,13 +257,15 @@ def solve_with_cuts(
     max_rounds: int = 50,
     improve: Callable[[Placement], Placement] | None = None,
     page_cost_ms: np.ndarray | None = None,
+    round_nodes: int | None = None,
 ) -> ExactOutcome:
     """Row generation to a proven gap: the best placement found, its exact objective, the bound.
 
     `improve(placement) -> placement`, when given, runs on every round's placement (a local
     search) before it is scored. Rounds start while the `deadline` has time left, each HiGHS
-    solve gets what remains. `page_cost_ms` (broadcast to [L, E, C]) prices every page (a Lagrangian
-    subproblem's); the objective and the bound then include it.
+    solve gets what remains, and at most `round_nodes` branch-and-bound nodes when given.
+    `page_cost_ms` (broadcast to [L, E, C]) prices every page (a Lagrangian subproblem's); the
+    objective and the bound then include it.
     """
 
     def value_of(placement: Placement) -> float:
@@ -289,7 +291,8 @@ def solve_with_cuts(
             break
         # no setSolution start: HiGHS can return the given start's values with another
         # solution's objective when presolve solves the model (found by the property tests)
-        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2)
+        nodes = None if round_nodes is None else {"mip_max_nodes": round_nodes}
+        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2, options=nodes)
         solver = outcome.status
         info.rounds += 1
         if solver in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):

@@ -435,11 +435,13 @@ def lagrangian_value(
     classes: DeviceClasses | None = None,
     stop_at: float | None = None,
     cuts: Cuts | None = None,
+    layer_nodes: int | None = None,
 ) -> LagrangianValue:
     """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0.
 
     With `stop_at` (a `time.perf_counter()` value) each layer gets an equal part of the time left
-    (at least `MIN_LAYER_S`); a layer stopped short contributes its proven dual bound."""
+    (at least `MIN_LAYER_S`), with `layer_nodes` at most that many branch-and-bound nodes; a layer
+    stopped short contributes its proven dual bound."""
     classes = classes if classes is not None else device_classes(problem)
     if np.any(prices.class_pages < 0) or prices.budget < 0 or np.any(prices.quota < 0):
         raise ValueError("Lagrange multipliers of ≤ constraints must be ≥ 0")
@@ -453,7 +455,8 @@ def lagrangian_value(
         limit = None
         if stop_at is not None:
             limit = max((stop_at - time.perf_counter()) / (L - layer), MIN_LAYER_S)
-        outcome = model.lp.solve(time_limit_s=limit, mip_gap=0.0)
+        nodes = None if layer_nodes is None else {"mip_max_nodes": layer_nodes}
+        outcome = model.lp.solve(time_limit_s=limit, mip_gap=0.0, options=nodes)
         if not math.isfinite(outcome.bound):
             raise ComoeError(f"layer {layer}: the priced class model ended {outcome.solver_status}")
         bounds[layer] = outcome.bound

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +52,14 @@ from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.refine import refine
 from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
 from comoe_opt.residency.scenarios import enumerable
+from comoe_opt.residency.schedule import (
+    ANNEAL_PROPOSALS,
+    POLISH_NODES,
+    POLISH_ROWS,
+    WorkLimits,
+    share,
+    work_limited,
+)
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
 
 if TYPE_CHECKING:  # imported where used: only with balance scenarios
@@ -64,60 +73,36 @@ def solve_milp(
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
     scenarios, then the exact scenario model (cuts.py) to the gap or the deadline.
 
-    Cheap phases run first, open-ended ones last with what remains; a phase that finds the
-    deadline passed is skipped and the report says so (formulations/residency.md, "Time limit").
+    After the replica model, the steps of `STEPS` run in turn (`exact` adds `EXACT_STEPS`); with a
+    time limit each open-ended one gets its share of the time left (schedule.py), without one each
+    ends on a work limit. A step that finds the deadline passed is skipped and the report says so
+    (formulations/residency.md, "Time limit"); the report gives each step's gain.
     """
+    run = _Run(problem, deadline, mip_gap, exact)
     with deadline.phase("warm_start"):
         heuristics = _feasible_heuristics(problem, deadline)
     warm = min(heuristics, key=lambda r: r.objective) if heuristics else None
-    best = _Incumbent.of(warm)
-    replica = _solve_replica_model(problem, warm, deadline, mip_gap)
+    run.best = _Incumbent.of(warm)
+    replica = _solve_replica_model(problem, warm, deadline, mip_gap, run.work)
     outcome = replica.outcome
+    run.status = outcome.status
+    run.seconds_per_row = replica.seconds_per_row
     if replica.counts is not None:
         with deadline.phase("place"):  # runs even past the deadline: it is the MILP's answer
-            best.offer(problem, assign_replicas(problem, replica.counts), "replica-count MILP")
+            run.best.offer(problem, assign_replicas(problem, replica.counts), "replica-count MILP")
     # the constant part is not in the model: HiGHS's gap is on what a placement changes
-    bound, bound_source = _replica_bound(problem, outcome, deadline)
-    outcome_status = outcome.status
-    _fill_and_search(best, problem, deadline)
+    run.bound, bound_source = _replica_bound(problem, outcome, deadline)
     # `milp`'s steps, which `exact` runs first too: `exact` is never worse than `milp`
-    certificate = _class_bound(problem, best, bound, deadline, mip_gap)
-    bound = max(bound, certificate.bound if certificate is not None else -math.inf)
-    polish = None
-    if _gap(problem, best.objective, bound) > mip_gap and _small(problem):
-        polish = _polish(problem, best, deadline, mip_gap, replica.seconds_per_row)
-        if polish is not None:
-            bound = max(bound, polish.bound)
-            if polish.status.has_solution and best.offer(problem, polish.solution, "full MILP"):
-                _fill_and_search(best, problem, deadline)
-            # a polish without a solution ran out of time
-            outcome_status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
-    _anneal(problem, best, bound, deadline, mip_gap)
-    cuts = lagrangian = groups = None
-    # `milp` gives it the time its budget leaves; with no time limit (evaluations, which must not
-    # depend on the clock) it would solve every layer's MILP to optimality: that is `exact`'s part
-    if cut_model_applies(problem) and (exact or math.isfinite(deadline.limit_s)):
-        share = LAGRANGIAN_SHARE if exact else MILP_LAGRANGIAN_SHARE
-        lagrangian = _lagrangian_bound(problem, certificate, best, bound, deadline, mip_gap, share)
-        bound = max(bound, lagrangian.bound if lagrangian is not None else -math.inf)
-    # scenario groups placed exactly, layer by layer, at the Lagrangian's prices (group_bound.py)
-    groups = _group_bound(problem, certificate, lagrangian, best, bound, deadline, mip_gap) if exact else None
-    bound = max(bound, groups.bound if groups is not None else -math.inf)
-    if exact and cut_model_applies(problem):
-        if _gap(problem, best.objective, bound) > mip_gap and _cut_model_fits(problem):
-            cuts = _cut_rounds(problem, best, deadline, mip_gap, classes=certificate is not None)
-            if cuts is not None:
-                bound = max(bound, cuts.bound)
-                outcome_status = cuts.status
-        _longer_searches(problem, best, bound, deadline, mip_gap)
-        if cuts is not None and _gap(problem, best.objective, bound) > mip_gap:
-            outcome_status = Status.TIME_LIMIT
-    bound = _tidy_bound(bound, best.objective)
-    status = _status(outcome_status, best.objective, bound, mip_gap, problem.constant_ms)
+    for name, step in STEPS + (EXACT_STEPS if exact else ()):
+        run.step(name, step)
+    best = run.best
+    bound = _tidy_bound(run.bound, best.objective)
+    status = _status(run.status, best.objective, bound, mip_gap, problem.constant_ms)
     if status is Status.FEASIBLE and deadline.touched:
         status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
     if best.placement is None:
         status = Status.NO_SOLUTION if status.has_solution else status
+    polish, cuts, certificate = run.polish, run.cuts, run.certificate
     report = ModelReport(
         terms=best.terms,
         spare_replicas=best.spare_replicas,
@@ -137,9 +122,11 @@ def solve_milp(
         class_bound=None if certificate is None else certificate.bound,
         # the class bound's dual certificate; check_bound.check_certificate recomputes it
         certificate=certificate,
-        lagrangian_bound=None if lagrangian is None else lagrangian.bound,
-        group_bound=None if groups is None else groups.bound,
-        group_certificate=None if groups is None else groups.certificate(problem),
+        lagrangian_bound=run.lagrangian,
+        group_bound=None if run.groups is None else run.groups.bound,
+        group_certificate=None if run.groups is None else run.groups.certificate(problem),
+        gains=run.gains,
+        budget="time limit" if run.work is None else "work limits (no time limit)",
         timing=deadline.timing(),
     )
     method = "exact" if exact else "milp"
@@ -155,6 +142,49 @@ def solve_milp(
     )
 
 
+class _Run:
+    """One solve's state as its steps pass it on: the incumbent, the bound, what each step left
+    for the report, and the budget (`work`: the work limits when there is no time limit)."""
+
+    def __init__(self, problem: ResidencyProblem, deadline: Deadline, mip_gap: float, exact: bool):
+        self.problem, self.deadline, self.mip_gap, self.exact = problem, deadline, mip_gap, exact
+        self.work = WorkLimits.of(problem) if work_limited(deadline) else None
+        self.best = _Incumbent.of(None)
+        self.bound = -math.inf
+        self.status = Status.FEASIBLE  # the solver status the result's status starts from
+        self.seconds_per_row = math.inf
+        self.certificate: BoundCertificate | None = None
+        self.polish: ResidencyResult | None = None
+        self.lagrangian: float | None = None
+        self.lagrangian_value: LagrangianValue | None = None  # ... with its prices and layer values
+        self.groups: GroupBound | None = None
+        self.cuts: ExactOutcome | None = None
+        self.gains: dict[str, dict[str, float]] = {}
+
+    def gap(self) -> float:
+        return _gap(self.problem, self.best.objective, self.bound)
+
+    def open(self) -> bool:
+        """Whether the gap is still above the target."""
+        return self.gap() > self.mip_gap
+
+    def raise_bound(self, bound: float | None) -> None:
+        if bound is not None:
+            self.bound = max(self.bound, bound)
+
+    def share(self, name: str) -> Deadline:
+        """The deadline for step `name`: its share of the time left (all of it without a limit)."""
+        return self.deadline.share(share(name, self.exact))
+
+    def step(self, name: str, step: Callable[[_Run], None]) -> None:
+        """Run `step` and record what it gave: objective lowered, bound raised (ms)."""
+        objective, bound = self.best.objective, self.bound
+        step(self)
+        lowered = objective - self.best.objective if math.isfinite(objective) else 0.0
+        raised = self.bound - bound if math.isfinite(bound) else 0.0
+        self.gains[name] = {"objective_lowered_ms": lowered, "bound_raised_ms": raised}
+
+
 @dataclasses.dataclass(frozen=True)
 class _ReplicaSolve:
     """The replica-count MILP's outcome, its replica counts (None without a solution), its
@@ -167,7 +197,11 @@ class _ReplicaSolve:
 
 
 def _solve_replica_model(
-    problem: ResidencyProblem, warm: ResidencyResult | None, deadline: Deadline, mip_gap: float
+    problem: ResidencyProblem,
+    warm: ResidencyResult | None,
+    deadline: Deadline,
+    mip_gap: float,
+    work: WorkLimits | None,
 ) -> _ReplicaSolve:
     if deadline.expired():
         deadline.skip("model_build and milp")
@@ -178,8 +212,11 @@ def _solve_replica_model(
         if warm is not None:
             set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
     build_s = deadline.clock() - began
+    nodes = None if work is None else {"mip_max_nodes": work.replica_nodes}
     with deadline.phase("milp"):
-        outcome = solve_with_highs(model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline)
+        outcome = solve_with_highs(
+            model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline, options=nodes
+        )
         solved = outcome.status.has_solution and math.isfinite(outcome.objective)
         counts = replica_counts(model, problem) if solved else None
     _note_highs("milp", outcome, deadline)
@@ -215,8 +252,12 @@ def _replica_bound(problem: ResidencyProblem, outcome: HighsOutcome, deadline: D
     return -math.inf, f"none: the LP relaxation ended {relaxed.status.value} too"
 
 
-def _fill_and_search(best: _Incumbent, problem: ResidencyProblem, deadline: Deadline) -> None:
+# ------------------------------------------------------------------ the steps, in order
+
+
+def _fill_and_search(run: _Run) -> None:
     """Ties toward flexibility (fill.py), then the scenario search (refine.py), while time is left."""
+    best, problem, deadline = run.best, run.problem, run.deadline
     if best.placement is None:
         return
     steps = [("fill", best.fill_ties)]
@@ -230,124 +271,30 @@ def _fill_and_search(best: _Incumbent, problem: ResidencyProblem, deadline: Dead
             step(problem)
 
 
-def _cut_rounds(
-    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float, classes: bool
-) -> ExactOutcome | None:
-    """The exact scenario model's rounds on `EXACT_PROOF_SHARE` of the time left (the bound settles
-    in the first rounds; the rest searches), `EXACT_PROOF_SHARE_BEHIND_CLASSES` when the class
-    bound (`classes`) already holds what the rounds' first minute reaches; None when no time is
-    left."""
-    if deadline.expired():
-        deadline.skip("cut_rounds")
-        return None
-    fraction = EXACT_PROOF_SHARE_BEHIND_CLASSES if classes else EXACT_PROOF_SHARE
-    # without a search the rounds are all `exact` can spend its time on
-    share = deadline.share(fraction if problem.search_moves else 1.0)
-    with deadline.phase("cut_rounds"):
-        # a round's placement is searched on the whole deadline: the search is not the proof's
-        cuts = solve_with_cuts(
-            problem, best.placement, deadline=share, mip_gap=mip_gap, improve=_improver(problem, deadline)
-        )
-    if cuts.placement is not None:
-        best.offer(problem, cuts.placement, "scenario cut model")
-    return cuts
-
-
-def _class_bound(
-    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
-) -> BoundCertificate | None:
+def _class_bound(run: _Run) -> None:
     """The hop-class model's LP bound (decompose.py, "Layer decomposition bound") with its
-    certificate (check_bound.py), while the gap is open, where the cut model applies and fits;
-    None when skipped or not applicable. On GPT-OSS windows it is what the cut model's rounds
-    reach, in about half a second."""
-    if not (cut_model_applies(problem) and _cut_model_fits(problem)):
-        return None
-    if _gap(problem, best.objective, bound) <= mip_gap:
-        return None
+    certificate (check_bound.py), while the gap is open, where the cut model applies and fits.
+    On GPT-OSS windows it is what the cut model's rounds reach, in about half a second."""
+    problem, deadline = run.problem, run.deadline
+    if not (cut_model_applies(problem) and _cut_model_fits(problem)) or not run.open():
+        return
     if deadline.expired():
         deadline.skip("class_bound")
-        return None
+        return
     from comoe_opt.residency.decompose import class_lp_certificate  # only with balance scenarios
 
     with deadline.phase("class_bound"):
-        return class_lp_certificate(problem, time_limit_s=deadline.remaining())
+        run.certificate = class_lp_certificate(problem, time_limit_s=deadline.remaining())
+    if run.certificate is not None:
+        run.raise_bound(run.certificate.bound)
 
 
-def _lagrangian_bound(
-    problem: ResidencyProblem,
-    certificate: BoundCertificate | None,
-    best: _Incumbent,
-    bound: float,
-    deadline: Deadline,
-    mip_gap: float,
-    share: float,
-) -> LagrangianValue | None:
-    """Every layer's class model solved as a MILP at the class LP's prices of the pages, budget
-    and quotas that couple layers (the Lagrangian over layers, decompose.py), on at most `share` of
-    the time left; a layer stopped short gives its dual bound. It is a bound for any prices, at
-    least the class LP's at these: it sees integrality within each layer (GPT-OSS window 0: 26.64
-    against 26.27 ms, in about 3 s). Only the bound depends on the time it gets, never the
-    placement. None when skipped."""
-    if certificate is None or _gap(problem, best.objective, bound) <= mip_gap:
-        return None
-    if deadline.expired():
-        deadline.skip("lagrangian")
-        return None
-    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, stepped_lagrangian
-
-    left = deadline.remaining()
-    # every layer's MILP gets at least MIN_LAYER_S: with less than that for all of them left, the
-    # step would end past the time limit (the paper baseline's 32 layers at 10 s overran by 4 s)
-    if left < problem.layers * MIN_LAYER_S:
-        deadline.note(f"lagrangian: skipped, {left:.1f} s left for {problem.layers} layers' MILPs")
-        return None
-    prices = Prices.of_duals(certificate.coupling_duals)
-    stop_at = time.perf_counter() + share * left
-    with deadline.phase("lagrangian"):
-        try:
-            return stepped_lagrangian(problem, prices, stop_at=stop_at)
-        except ComoeError as error:  # a layer's MILP ended without a bound (out of time)
-            deadline.note(f"lagrangian: {error}")
-            return None
-
-
-def _group_bound(
-    problem: ResidencyProblem,
-    certificate: BoundCertificate | None,
-    lagrangian: LagrangianValue | None,
-    best: _Incumbent,
-    bound: float,
-    deadline: Deadline,
-    mip_gap: float,
-) -> GroupBound | None:
-    """`exact`: the scenario-group bound (group_bound.py) at the Lagrangian's prices, from its
-    layer values, on `GROUP_SHARE` of the time left, while the gap is open; the layers with the
-    largest share of the gap first. Only the bound depends on the time, never the placement."""
-    if certificate is None or lagrangian is None or best.placement is None:
-        return None
-    if _gap(problem, best.objective, bound) <= mip_gap:
-        return None
-    if deadline.expired():
-        deadline.skip("group_bound")
-        return None
-    from comoe_opt.residency.group_bound import pipeline_group_bound
-
-    stop_at = time.perf_counter() + GROUP_SHARE * deadline.remaining()
-    with deadline.phase("group_bound"):
-        prices, layers = lagrangian.prices, lagrangian.layer_bounds  # the best prices of `_lagrangian_bound`
-        return pipeline_group_bound(problem, prices, layers, best.placement, stop_at)
-
-
-def _anneal(
-    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
-) -> None:
+def _anneal(run: _Run) -> None:
     """`problem.anneal_proposals` annealing proposals per layer from the best placement, while the
-    gap is open: a fixed count, so the placement does not depend on the machine's speed."""
-    if (
-        best.placement is None
-        or not problem.anneal_proposals
-        or _gap(problem, best.objective, bound) <= mip_gap
-    ):
+    gap is open: a fixed count, so the placement does not depend on the machine's speed. It runs
+    before the polish: on every shape measured it gave more per second (schedule.py)."""
+    problem, best, deadline = run.problem, run.best, run.deadline
+    if best.placement is None or not problem.anneal_proposals or not run.open():
         return
     if problem.scenario_work_ms is None:
         return
@@ -358,51 +305,178 @@ def _anneal(
         best.anneal(problem, 0, deadline, problem.anneal_proposals)
 
 
-def _longer_searches(
-    problem: ResidencyProblem, best: _Incumbent, bound: float, deadline: Deadline, mip_gap: float
-) -> None:
-    """`exact` spends what time the proof leaves on annealing runs of `ANNEAL_PROPOSALS` per layer
-    from the best placement, a new seed each, while the gap is open: they end on the deadline by
-    design (each run sized to the time left, every layer reached). Where the annealing does not
-    apply (more than 12 chiplets: DeepSeek-V3's 32), refine.py's search with `EXACT_SEARCH_FACTOR`
-    times the moves instead."""
-    if best.placement is None or not problem.search_moves:
+def _polish(run: _Run) -> None:
+    """The full model's polish on small instances, on its share of the time left (all of it when
+    no later step can use the rest), to
+    `POLISH_NODES` nodes, when the full model with scenarios has at most `POLISH_ROWS` rows (above,
+    its root LP alone outlasts the budget) and its build and hand-over, foreseen at the replica
+    model's pace per row, take at most `POLISH_BUILD_SHARE` of its time."""
+    problem, deadline = run.problem, run.deadline
+    if not run.open() or not _small(problem):
         return
-    annealing = problem.scenario_work_ms is not None and enumerable(problem.scenario_work_ms)
-    seed = 1
-    with deadline.phase("longer_search"):
-        while _gap(problem, best.objective, bound) > mip_gap:
-            if deadline.expired():
-                if seed == 1:
-                    deadline.skip("longer_search")
-                else:
-                    deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
-                break
-            if annealing:
-                best.anneal(problem, seed, deadline, ANNEAL_PROPOSALS)
-            else:
-                best.search_longer(problem, seed, deadline)
-            seed += 1
-
-
-def _polish(
-    problem: ResidencyProblem, best: _Incumbent, deadline: Deadline, mip_gap: float, seconds_per_row: float
-) -> ResidencyResult | None:
-    """The full model's polish when its build and hand-over, foreseen at the replica model's
-    pace per row, take at most `POLISH_BUILD_SHARE` of the time left (the pace varies on a busy
-    machine, and HiGHS needs the rest); None when skipped."""
+    rows = _full_model_rows(problem)
+    if problem.scenarios and rows > POLISH_ROWS:  # a rule on size, not time: not a deadline note
+        return
     if deadline.expired():
         deadline.skip("polish")
-        return None
-    foreseen = _full_model_rows(problem) * seconds_per_row
-    if foreseen > POLISH_BUILD_SHARE * deadline.remaining():
+        return
+    # its share when a later step can use the rest (the Lagrangian, `exact`'s rounds and searches)
+    later = run.certificate is not None or (run.exact and cut_model_applies(problem))
+    budget = run.share("polish") if later else deadline.share(1.0)
+    foreseen = rows * run.seconds_per_row
+    if foreseen > POLISH_BUILD_SHARE * budget.remaining():
         deadline.note(
             f"polish: skipped, building the full model takes about {foreseen:.2g} s of the"
-            f" {deadline.remaining():.2g} s left"
+            f" {budget.remaining():.2g} s it would get"
         )
-        return None
+        return
     with deadline.phase("polish"):
-        return _polish_with_full_model(problem, best.placement, deadline, mip_gap)
+        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap)
+    run.polish = polish
+    run.raise_bound(polish.bound)
+    if polish.status.has_solution and run.best.offer(problem, polish.solution, "full MILP"):
+        _fill_and_search(run)
+    # a polish without a solution ran out of time
+    run.status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
+
+
+def _lagrangian(run: _Run) -> None:
+    """Every layer's class model solved as a MILP at the class LP's prices of the pages, budget
+    and quotas that couple layers (the Lagrangian over layers, decompose.py), on its share of the
+    time left, or to `work.lagrangian_nodes` nodes per layer; a layer stopped short gives its dual
+    bound. It is a bound for any prices, at least the class LP's at these: it sees integrality
+    within each layer (GPT-OSS window 0: 26.64 against 26.27 ms, in about 3 s). Only the bound
+    depends on it, never the placement: `milp` without a time limit (evaluations, which use only
+    the placement) leaves it out."""
+    problem, deadline = run.problem, run.deadline
+    if run.certificate is None or not run.open() or (run.work is not None and not run.exact):
+        return
+    if deadline.expired():
+        deadline.skip("lagrangian")
+        return
+    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, lagrangian_value, stepped_lagrangian
+
+    left = deadline.remaining()
+    # every layer's MILP gets at least MIN_LAYER_S: with less than that for all of them left, the
+    # step would end past the time limit (the paper baseline's 32 layers at 10 s overran by 4 s)
+    if left < problem.layers * MIN_LAYER_S:
+        deadline.note(f"lagrangian: skipped, {left:.1f} s left for {problem.layers} layers' MILPs")
+        return
+    prices = Prices.of_duals(run.certificate.coupling_duals)
+    stop_at = None if run.work is not None else time.perf_counter() + share("lagrangian", run.exact) * left
+    nodes = None if run.work is None else run.work.lagrangian_nodes
+    with deadline.phase("lagrangian"):
+        try:
+            # with a time limit the prices take subgradient steps while the share lasts; on work
+            # limits they stay the class LP's (the steps are paced by the clock)
+            if stop_at is None:
+                value = lagrangian_value(problem, prices, layer_nodes=nodes)
+            else:
+                value = stepped_lagrangian(problem, prices, stop_at=stop_at)
+            run.lagrangian_value, run.lagrangian = value, value.bound
+        except ComoeError as error:  # a layer's MILP ended without a bound (out of time)
+            deadline.note(f"lagrangian: {error}")
+            return
+    run.raise_bound(run.lagrangian)
+
+
+def _group_bound(run: _Run) -> None:
+    """`exact`: the scenario-group bound (group_bound.py) at the Lagrangian's prices, from its
+    layer values, on its share of the time left, while the gap is open; the layers with the
+    largest share of the gap first. Only the bound depends on it, never the placement; on work
+    limits (no time limit) it is left out, as its group solves are paced by the clock."""
+    problem, deadline, lagrangian = run.problem, run.deadline, run.lagrangian_value
+    if run.certificate is None or lagrangian is None or run.best.placement is None or not run.open():
+        return
+    if run.work is not None:
+        return
+    if deadline.expired():
+        deadline.skip("group_bound")
+        return
+    from comoe_opt.residency.group_bound import pipeline_group_bound
+
+    stop_at = time.perf_counter() + share("group_bound", run.exact) * deadline.remaining()
+    with deadline.phase("group_bound"):
+        prices, layers = lagrangian.prices, lagrangian.layer_bounds  # the best prices of `_lagrangian`
+        run.groups = pipeline_group_bound(problem, prices, layers, run.best.placement, stop_at)
+    run.raise_bound(run.groups.bound)
+
+
+def _cut_rounds(run: _Run) -> None:
+    """`exact`: the exact scenario model's rounds (cuts.py), where it applies and fits, while the
+    gap is open, on their share of the time left (the bound settles in the first rounds; the rest
+    searches), a smaller one when the class bound already holds what the rounds' first minute
+    reaches, all of it without a search; or to the work limits' rounds and nodes."""
+    problem, deadline = run.problem, run.deadline
+    if not (cut_model_applies(problem) and _cut_model_fits(problem)) or not run.open():
+        return
+    if deadline.expired():
+        deadline.skip("cut_rounds")
+        return
+    name = "cut_rounds_behind_classes" if run.certificate is not None else "cut_rounds"
+    # without a search the rounds are all `exact` can spend its time on
+    budget = run.share(name) if problem.search_moves else deadline.share(1.0)
+    work = run.work
+    rounds = None if work is None else work.cut_rounds_behind_classes if run.certificate else work.cut_rounds
+    limits = {} if work is None else {"max_rounds": rounds, "round_nodes": work.cut_round_nodes}
+    with deadline.phase("cut_rounds"):
+        # a round's placement is searched on the whole deadline: the search is not the proof's
+        cuts = solve_with_cuts(
+            problem, run.best.placement, deadline=budget, mip_gap=run.mip_gap,
+            improve=_improver(problem, deadline), **limits,
+        )  # fmt: skip
+    if cuts.placement is not None:
+        run.best.offer(problem, cuts.placement, "scenario cut model")
+    run.cuts = cuts
+    run.raise_bound(cuts.bound)
+    run.status = cuts.status
+
+
+def _longer_searches(run: _Run) -> None:
+    """`exact` spends what time the proof leaves on annealing runs of at most `ANNEAL_PROPOSALS`
+    per layer from the best placement, a new seed each, while the gap is open: with a time limit
+    they end on it by design, each run fitted to the time left so that every layer is reached
+    (GPT-OSS window 13, 60 s: 0.54% against 0.82% for runs of a fixed 40,000, of which one fit);
+    without one, `work.longer_runs` runs of `work.longer_proposals`. Where the annealing does not
+    apply (more than 12 chiplets: DeepSeek-V3's 32), refine.py's search with `EXACT_SEARCH_FACTOR`
+    times the moves instead."""
+    problem, best, deadline = run.problem, run.best, run.deadline
+    if cut_model_applies(problem) and best.placement is not None and problem.search_moves:
+        annealing = problem.scenario_work_ms is not None and enumerable(problem.scenario_work_ms)
+        runs = math.inf if run.work is None else run.work.longer_runs
+        proposals = ANNEAL_PROPOSALS if run.work is None else run.work.longer_proposals
+        seed = 1
+        with deadline.phase("longer_search"):
+            while run.open() and seed <= runs:
+                if deadline.expired():
+                    if seed == 1:
+                        deadline.skip("longer_search")
+                    else:
+                        deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
+                    break
+                if annealing:  # with a time limit each run is fitted to it (it ends on it by design)
+                    fit = deadline if run.work is None else None
+                    best.anneal(problem, seed, deadline, proposals, fit_to=fit)
+                else:
+                    best.search_longer(problem, seed, deadline)
+                seed += 1
+    if run.cuts is not None and run.open():  # stopped short: by the time limit, or by the work limits
+        run.status = Status.TIME_LIMIT if run.work is None else Status.FEASIBLE
+
+
+# `milp`'s steps after the replica-count MILP, in this order; `exact` runs them and then its own
+STEPS: tuple[tuple[str, Callable[[_Run], None]], ...] = (
+    ("search", _fill_and_search),
+    ("class_bound", _class_bound),
+    ("anneal", _anneal),
+    ("polish", _polish),
+    ("lagrangian", _lagrangian),
+)
+EXACT_STEPS: tuple[tuple[str, Callable[[_Run], None]], ...] = (
+    ("group_bound", _group_bound),
+    ("cut_rounds", _cut_rounds),
+    ("longer_search", _longer_searches),
+)
 
 
 def _full_model_rows(problem: ResidencyProblem) -> int:
@@ -474,33 +548,27 @@ class _Incumbent:
         label = "+ longer search"
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 
-    def anneal(self, problem: ResidencyProblem, seed: int, deadline: Deadline, proposals: int) -> None:
-        """`proposals` annealing proposals per layer from the best so far (anneal.py)."""
-        found = anneal(problem, self.placement, proposals=proposals, seed=seed, deadline=deadline)
+    def anneal(
+        self,
+        problem: ResidencyProblem,
+        seed: int,
+        deadline: Deadline,
+        proposals: int,
+        fit_to: Deadline | None = None,
+    ) -> None:
+        """`proposals` annealing proposals per layer from the best so far (anneal.py), or as many
+        as fit `fit_to`'s time left."""
+        found = anneal(
+            problem, self.placement, proposals=proposals, seed=seed, deadline=deadline, fit_to=fit_to
+        )
         label = "+ annealing"
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 
 
-EXACT_PROOF_SHARE = 0.5  # `exact`: share of the remaining time for the cut model's rounds
-# ... and with the class bound, which on every GPT-OSS window measured and on the paper baseline
-# was at or above what 20-60 s of rounds proved (formulations/residency.md), the time goes to the search
-EXACT_PROOF_SHARE_BEHIND_CLASSES = 0.1
-LAGRANGIAN_SHARE = 0.2  # `exact`: at most this share of the time left for the Lagrangian over layers
-# `milp` (the online budget) runs it last, after the annealing: half of what is left (GPT-OSS window 0,
-# 10 s: 26.63 against the class LP's 26.27 ms, gap 10.8% -> 9.3%; windows 13-91: about 0.5 s, no change)
-MILP_LAGRANGIAN_SHARE = 0.5
-# `exact`: the scenario-group bound's share of the time left (its group solves did not close on GPT-OSS
-# window 0 or the paper baseline, formulations/residency.md "Scenario-group bound"; it pays where they do)
-GROUP_SHARE = 0.1
-# `exact`'s longer searches: annealing runs of this many proposals per layer. Measured on GPT-OSS
-# window 13 (`exact`, 60 s): runs of 10,000 alternating with refine.py's searches 0.52%, runs of
-# 10,000 alone 0.53%, of 40,000 0.43%, one run over all the time left 0.45%
-ANNEAL_PROPOSALS = 40_000
 EXACT_SEARCH_FACTOR = 10  # ... and where it does not apply, searches of this many times policy.search_moves
 FULL_MODEL_BINARIES = 4096  # up to this many x[l,e,c], the exact model can tighten the bound
 FULL_MODEL_SHARES = 65536  # ... and up to this many scenario shares t[l,s,e,c]
-POLISH_NODES = 100  # branch-and-bound nodes of that polish with scenarios
-POLISH_BUILD_SHARE = 0.5  # ... run only when its foreseen build takes at most this share of the time left
+POLISH_BUILD_SHARE = 0.5  # the polish runs only when its foreseen build takes at most this share of its time
 
 
 CUT_MODEL_BINARIES = 131072  # above this many x[l,e,c], `exact` searches instead of building the cut model

@@ -76,6 +76,9 @@ class ModelReport(ResidencyReport):
     # `exact`: the scenario-group bound (group_bound.py) and what check_group_bound.py recomputes it from
     group_bound: float | None = None
     group_certificate: GroupCertificate | None = None
+    # each step after the replica model: objective lowered and bound raised (ms), milp.STEPS' order
+    gains: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    budget: str = "time limit"  # or "work limits (no time limit)": how the steps were ended (schedule.py)
 
 
 @dataclass(frozen=True, kw_only=True)
