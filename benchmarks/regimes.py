@@ -31,6 +31,7 @@ from comoe_opt.residency.problem import residency_problem
 from comoe_opt.stats import trace_stats, window_alpha
 from comoe_opt.trace import Trace, instance_batches, load_trace
 from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.source import batched_part
 
 ROOT = Path(__file__).resolve().parent.parent
 REGIMES_DIR = ROOT / "instances" / "regimes"
@@ -114,10 +115,7 @@ REGIMES = (
 
 def regime_stats(instance: Instance, trace: Trace, batches: MicroBatches) -> dict[str, Any]:
     """Statistics of the tokens the run uses (the project's `trace_stats`)."""
-    used = np.sort(batches.token_index.ravel())
-    seq = None if trace.seq_id is None else trace.seq_id[used]
-    part = Trace(topk=trace.topk[used], num_experts=trace.num_experts, seq_id=seq, layer_ids=trace.layer_ids)
-    layers = trace_stats(part).layers
+    layers = trace_stats(batched_part(trace, batches)).layers
     degenerate = layers["hottest_share"].to_numpy() > 0.9
     normal = layers[~degenerate]
     steps = cmp.step_counts(batches)
