@@ -11,6 +11,7 @@ import pandas as pd
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.stats.trace_stats import TraceStats, aggregate_stats, trace_stats, window_alpha
 from comoe_opt.trace import Trace, instance_batches, instance_trace, read_trace, write_trace
+from comoe_opt.trace.source import batched_part
 
 
 def cmd_instance_show(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,7 +59,7 @@ def cmd_trace_info(args: argparse.Namespace) -> dict[str, Any]:
 def _instance_trace_report(instance: Instance) -> dict[str, Any]:
     trace = instance_trace(instance)
     batches = instance_batches(instance, trace)
-    stats = trace_stats(trace)
+    stats = trace_stats(batched_part(trace, batches))
     stats.summary.update(micro_batches=batches.batches, tokens_per_batch=batches.tokens_per_batch)
     stats.summary.update(window_alpha(batches.experts, batches.num_experts, instance.policy.window_batches))
     return _stats_report(stats, f"instance {instance.name}")

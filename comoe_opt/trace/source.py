@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
+
 from comoe_opt.errors import InputError
 from comoe_opt.instance import FileTrace, Instance, check_layer_ids
 from comoe_opt.trace.batching import MicroBatches, make_batches
@@ -105,3 +107,20 @@ def instance_batches(instance: Instance, trace: Trace | None = None) -> MicroBat
         return make_batches(trace, spec.tokens_per_batch, spec.batching, spec.micro_batches)
     # a file given to a synthetic instance runs as decode steps of its sequences
     return make_batches(trace, spec.tokens_per_batch, "decode")
+
+
+def batched_part(trace: Trace, batches: MicroBatches) -> Trace:
+    """The trace's tokens that `batches` hold, in trace order (a generated trace with requests has a
+    tail its batching drops; statistics describe what runs)."""
+    used = np.sort(batches.token_index.ravel())
+    if used.size == trace.tokens:
+        return trace
+    part = (None if value is None else value[used] for value in (trace.seq_id, trace.pos))
+    seq_id, pos = part
+    return Trace(
+        topk=trace.topk[used],
+        num_experts=trace.num_experts,
+        seq_id=seq_id,
+        pos=pos,
+        layer_ids=trace.layer_ids,
+    )
