@@ -162,3 +162,28 @@ def test_cli_lists_the_library_peers():
     from comoe_opt.evaluator.compare import PEERS as LIBRARY_PEERS
 
     assert COMPARE_PEERS == LIBRARY_PEERS
+
+
+@pytest.mark.parametrize("devices", [6, 16, 32])
+def test_lp_routing_peak_is_the_lps_optimum_beyond_enumerated_device_sets(devices):
+    """`lp`'s largest device load is the fractional routing LP's optimum, also past the devices whose
+    sets are enumerated (there by parametric min cut: 2^32 sets would not fit in memory)."""
+
+    rng = np.random.default_rng(devices)
+    experts = 24
+    resident = np.zeros((1, experts, devices), dtype=bool)
+    for e in range(experts):
+        resident[0, e, rng.choice(devices, size=rng.integers(1, 4), replace=False)] = True
+    counts = rng.poisson(3, size=(4, 1, experts))
+    peaks = device_loads(counts, resident, "lp")[:, 0, 0]
+    pairs = np.argwhere(resident[0])  # (expert, device) of every replica; variables: their tokens, then T
+    for step, peak in enumerate(peaks):
+        served = np.zeros((experts, len(pairs) + 1))
+        served[pairs[:, 0], np.arange(len(pairs))] = 1
+        on_device = np.zeros((devices, len(pairs) + 1))
+        on_device[pairs[:, 1], np.arange(len(pairs))] = 1
+        on_device[:, -1] = -1
+        cost = np.r_[np.zeros(len(pairs)), 1.0]
+        lp = linprog(cost, A_ub=on_device, b_ub=np.zeros(devices), A_eq=served, b_eq=counts[step, 0])
+        assert lp.status == 0
+        assert peak == pytest.approx(lp.fun, abs=1e-9)

@@ -41,7 +41,7 @@ from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
-from comoe_opt.residency.scenarios import CutTable, masks_of
+from comoe_opt.residency.scenarios import layer_makespans
 from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
@@ -192,14 +192,13 @@ def device_loads(counts: np.ndarray, resident: np.ndarray, routing: str) -> np.n
     devices = resident.shape[2]
     if routing == "even":
         return np.stack([_even(counts[:, layer], resident[layer]) for layer in range(layers)], axis=1)
-    table = CutTable.for_speeds(np.ones(devices))
+    # the LP's optimum (fractional tokens) is the cut condition on unit-speed devices: enumerated
+    # sets up to MAX_ENUMERATED_CHIPLETS devices, parametric min cut beyond (layer_makespans)
+    unit = np.ones(devices)
     peak = np.stack(
-        [
-            table.makespans(counts[:, layer] @ table.inside(masks_of(resident[layer])))
-            for layer in range(layers)
-        ],
+        [layer_makespans(counts[:, layer, :, None] * unit, resident[layer]) for layer in range(layers)],
         axis=1,
-    )  # [n, L]: the LP's optimum (fractional tokens)
+    )  # [n, L]
     if routing == "flow":
         peak = np.ceil(peak - 1e-9)  # whole tokens: the flow's optimum (max-flow integrality)
     elif routing != "lp":
