@@ -344,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-frontier", action="store_true")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "regimes.md")
     parser.add_argument("--collect", action="store_true", help="only rebuild the output from the parts")
+    parser.add_argument(
+        "--dropin-only", action="store_true", help="only the drop-in replay (to results/regimes-dropin.md)"
+    )
     args = parser.parse_args(argv)
     if args.collect:
         for part in sorted(PARTS.glob("*.json")):
@@ -351,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         collect(args.output)
         return 0
     chosen = [r for r in REGIMES if not args.only or r.key in args.only.split(",")]
+    if args.dropin_only:
+        return dropin_only(chosen, args.steps, ROOT / "benchmarks" / "results" / "regimes-dropin.md")
     PARTS.mkdir(parents=True, exist_ok=True)
     for regime in chosen:
         print(f"--- {regime.key}", flush=True)
@@ -368,6 +373,41 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps(raw, indent=1, default=float), encoding="utf-8"
         )
     collect(args.output)
+    return 0
+
+
+def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
+    """The drop-in replay alone for each regime: its targets and table, one file."""
+    lines = [
+        "# The drop-in replay on the regime suite",
+        "",
+        "`benchmarks/regimes.py --dropin-only`: per regime, EPLB's port and ours (even, lp) re-planned"
+        " as the instance's policy re-plans, on the first steps the suite runs (the same steps as"
+        " benchmarks/results/regimes.md).",
+        "",
+    ]
+    for regime in chosen:
+        print(f"--- {regime.key}", flush=True)
+        load_before, began = os.getloadavg()[0], time.perf_counter()
+        instance, trace = load_trace(load_instance(regime.path))
+        steps = cmp.step_counts(instance_batches(instance, trace))[: steps_override or regime.steps]
+        rows, setup = dropin(instance, steps)
+        part = [
+            f"## {regime.key}: `{regime.path.relative_to(ROOT)}`, {steps.shape[0]} steps, every {setup.every}"
+            f" on the last {setup.history}; {setup.slots} slots, {setup.gpus} GPUs",
+            "",
+            *dropin_targets(rows),
+            "",
+            *dropin_table(rows, 1),
+            "",
+            f"Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after;"
+            f" {time.perf_counter() - began:.0f} s.",
+            "",
+        ]
+        print("\n".join(part), flush=True)
+        lines += part
+    lines.append(describe() + " Two cores shared with other jobs: seconds are inflated; ratios count.")
+    output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 

@@ -30,6 +30,7 @@ MOVE_PRICE = 0.002  # per expert moved, in per-step max/mean: the default move c
 # cautious search sparse or noisy steps want (the regime suite's A and C: benchmarks/results/dropin.md)
 HALF_LIFE_SHARES: tuple[float | None, ...] = (0.5, 0.125, None)
 MOVE_COST_TIMES = (1.0, 4.0)
+SIGNIFICANCE = 2.0  # standard errors by which a candidate must beat the default on the held-back steps
 SPARSE_RATE = 1.0  # selections per expert per step below which the smoothed steps are a candidate
 
 
@@ -138,18 +139,35 @@ def run(
     old, new = slice(0, steps - held), slice(steps - held, steps)
     each = share / max(len(options), 1)
     plans = [plan(w[:, old], raw[:, old], c, each) for c in options]
-    balance = [_held_back(p, w[:, new], shape) for p in plans]
-    scores = [b + price * _moves(p, shape, prev_n) for p, b in zip(plans, balance, strict=True)]
-    best = int(np.argmin([s.mean() for s in scores]))
+    per_step = [search.scores(p, w[:, new], shape) for p in plans]  # [layers, held] each
+    priced = [
+        x.mean(axis=0) + price * _moves(p, shape, prev_n).mean() for p, x in zip(plans, per_step, strict=True)
+    ]
+    best = _pick(priced)
+    balance = [x.mean(axis=1) for x in per_step]
     eplb = _held_back(eplb_plan(raw[:, old]), w[:, new], shape)
     ours = balance[best]
     lose = np.flatnonzero(eplb < ours - 1e-12) if shape.dispatch == "lp" else np.zeros(0, dtype=np.int64)
     served = ours.copy()
     served[lose] = eplb[lose]
+    scores = [float(x.mean()) for x in priced]
     return Backtest(
-        held, tuple(options), tuple(float(s.mean()) for s in scores), options[best], price,
+        held, tuple(options), tuple(scores), options[best], price,
         selection_rate(raw), float(served.mean()), float(eplb.mean()), tuple(int(i) for i in lose),
     )  # fmt: skip
+
+
+def _pick(priced: list[np.ndarray]) -> int:
+    """The candidate to plan with, from each one's per-step held-back score [held]: the default
+    (the first) unless another beats it by more than `SIGNIFICANCE` standard errors of the per-step
+    difference (the held-back steps are few: a smaller gain is as likely noise); then the best such."""
+    base, best, value = priced[0], 0, float(priced[0].mean())
+    for k, x in enumerate(priced[1:], start=1):
+        diff = x - base
+        noise = float(diff.std(ddof=1)) / np.sqrt(diff.size) if diff.size > 1 else np.inf
+        if diff.mean() < -SIGNIFICANCE * noise and x.mean() < value:
+            best, value = k, float(x.mean())
+    return best
 
 
 def _held_back(plan: np.ndarray, w: np.ndarray, shape: search.Shape) -> np.ndarray:
