@@ -72,7 +72,7 @@ EPLB_NS_PER_SLOT = 3300.0
 START_NS_PER_CELL = 8.0
 # the backtest's runs (dropin_backtest.py) share this many times the search's own work budget
 BACKTEST_SHARE = 1.0
-MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
+MOVE_COST = backtest.MOVE_PRICE  # the default price of a moved expert, in per-step max/mean (0.002)
 # the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
 # load is least (chosen on GPT-OSS windows 1-32 among 0, 0.674, 1, 1.5 and 2)
 RISK = 1.5
