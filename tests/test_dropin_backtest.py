@@ -84,6 +84,9 @@ def test_lp_never_worse_than_eplb_on_the_held_back_steps(seed: int, shape: float
     assert report.backtest is not None
     assert report.backtest.ours <= report.backtest.eplb + 1e-12
     eplb = comoe_opt.rebalance_experts(weight, SLOTS, 1, 1, GPUS, method="eplb")[0]
+    for layer in report.backtest.kept_layers:  # the map in service, as good as EPLB's there
+        assert previous is not None
+        assert np.array_equal(np.sort(plan[0][layer]), np.sort(previous[layer]))
     for layer in report.backtest.eplb_layers:  # EPLB's replicas there (slots may be renumbered)
         assert np.array_equal(
             np.bincount(plan[0][layer], minlength=EXPERTS), np.bincount(eplb[layer], minlength=EXPERTS)

@@ -60,6 +60,9 @@ class Backtest:
     ours: float  # the chosen candidate's held-back max/mean (no price), mean over layers
     eplb: float  # EPLB's plan of the older steps, the same way
     eplb_layers: tuple[int, ...] = ()  # lp: layers where EPLB's plan scored better and serves
+    kept_layers: tuple[
+        int, ...
+    ] = ()  # lp: layers where EPLB's did, but so did the map in service, which stays
 
     def summary(self) -> str:
         lines = [
@@ -69,8 +72,11 @@ class Backtest:
             mark = " <- chosen" if c == self.chosen else ""
             lines.append(f"  {c.label()}: {s:.4f}{mark}")
         lines.append(f"  held-back max/mean: ours {self.ours:.4f}, EPLB {self.eplb:.4f}")
-        if self.eplb_layers:
-            lines.append(f"  EPLB's plan serves {len(self.eplb_layers)} layers where it scored better")
+        if self.eplb_layers or self.kept_layers:
+            lines.append(
+                f"  EPLB scored better on {len(self.eplb_layers) + len(self.kept_layers)} layers: its plan"
+                f" serves {len(self.eplb_layers)}, the map in service (as good) {len(self.kept_layers)}"
+            )
         return "\n".join(lines)
 
 
@@ -128,10 +134,12 @@ def run(
     plan: Planner,
     eplb_plan: Callable[[np.ndarray], np.ndarray],
     share: float,
+    previous: np.ndarray | None = None,
 ) -> Backtest | None:
     """The backtest of `options` on raw steps `raw` [layers, S, E] (normalised: `w`); `plan(w,
     raw, constants, share)` plans on steps with `share` of the call's work, `eplb_plan(raw)` is
-    EPLB's plan of raw steps. None when the history is too short to hold any back."""
+    EPLB's plan of raw steps; `previous` the map in service. None when the history is too short
+    to hold any back."""
     steps = w.shape[1]
     held = steps // HELD_BACK
     if steps < MIN_STEPS or held < 1:
@@ -150,10 +158,17 @@ def run(
     lose = np.flatnonzero(eplb < ours - 1e-12) if shape.dispatch == "lp" else np.zeros(0, dtype=np.int64)
     served = ours.copy()
     served[lose] = eplb[lose]
+    kept = np.zeros(0, dtype=np.int64)
+    if previous is not None and lose.size:  # where the map in service does as well, it moves nothing
+        stay = _held_back(previous[lose], w[lose, new], shape)
+        good = stay <= eplb[lose]
+        served[lose[good]] = stay[good]
+        kept, lose = lose[good], lose[~good]
     scores = [float(x.mean()) for x in priced]
     return Backtest(
         held, tuple(options), tuple(scores), options[best], price,
-        selection_rate(raw), float(served.mean()), float(eplb.mean()), tuple(int(i) for i in lose),
+        selection_rate(raw), float(served.mean()), float(eplb.mean()),
+        tuple(int(i) for i in lose), tuple(int(i) for i in kept),
     )  # fmt: skip
 
 

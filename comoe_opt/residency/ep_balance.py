@@ -239,12 +239,16 @@ def rebalance_experts(
         if raw is not None and calibrate:
             price = backtest.MOVE_PRICE if fixed[0] is None else fixed[0]
             eplb_of = lambda r: _eplb_of(r, num_replicas, num_groups, num_nodes, prev, shape)  # noqa: E731
-            tested = backtest.run(raw, w, shape, prev_n, options, price, planner, eplb_of, BACKTEST_SHARE)
+            tested = backtest.run(
+                raw, w, shape, prev_n, options, price, planner, eplb_of, BACKTEST_SHARE, prev
+            )
         chosen = options[0] if tested is None else tested.chosen
         plan, stopped = _comoe(eplb_map, w, raw, shape, prev, prev_n, chosen, seed, cap, expired, left, work)
-        if tested is not None and tested.eplb_layers:
+        if tested is not None and (tested.eplb_layers or tested.kept_layers):
             plan = plan.copy()
             plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
+            if prev is not None:
+                plan[list(tested.kept_layers)] = prev[list(tested.kept_layers)]
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     logcnt = np.stack([np.bincount(row, minlength=experts) for row in plan]).astype(np.int64)
