@@ -326,9 +326,9 @@ BACKTEST = [
     "Each call holds back the newest quarter of its history, plans on the older steps with each"
     " candidate, scores the plans on the held-back steps (mean per-step max/mean under the dispatch +"
     " 0.002 per expert moved) and plans on the whole history with the best; a candidate other than"
-    " the default must beat it by two standard errors of the per-step difference. For `lp`, on a layer"
-    " where EPLB's plan of the older steps balanced the held-back steps better than ours, the map in"
-    " service stays if it did as well as EPLB's, else EPLB's plan serves (docs/api.md).",
+    " the default must beat it by two standard errors of the per-step difference. For `lp`, when"
+    " EPLB's plan of the older steps balanced the held-back steps better than ours (mean over layers),"
+    " the map in service stays if it did as well as EPLB's, else EPLB's plan serves (docs/api.md)."
     "",
     "Which data set which constant. The candidate set was fixed before any replay with it, from:"
     " GPT-OSS windows 1-32 (the default half-life, half the history: 64 of its 128 steps, as chosen"
@@ -341,7 +341,9 @@ BACKTEST = [
     " tests/test_dropin_backtest.py showed the backtest picking the short half-life on noise, before"
     " any replay. The map-in-service fallback for `lp` was added after the first suite run"
     " (`regimes.py --dropin-only`) showed regime B's `lp` moves rise from 0.020 to 0.104 of EPLB's"
-    " with EPLB's plan as the only fallback. No constant was chosen on windows 33-97 of this trace.",
+    " with EPLB's plan as the only fallback, chosen per layer; judging per layer was replaced by the"
+    " mean over layers after regime A's windows showed EPLB's plan taking 1-10 of 24 layers on"
+    " per-layer noise at about 117 moves each. No constant was chosen on windows 33-97 of this trace."
     "",
 ]
 

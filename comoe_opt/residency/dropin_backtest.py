@@ -7,9 +7,10 @@ GPU load under the dispatch, plus `price` per expert moved off the map in servic
 move is worth to the caller: the move cost the caller fixed, else `MOVE_PRICE`). The best
 candidate plans on the whole history. Nothing is scored on steps the call has not been given.
 
-For `lp`, EPLB's own plan of the older steps is scored on the held-back steps as well: on a layer
-where it balances them better than ours, EPLB's plan of the whole history serves, so that `lp`
-does not lose to EPLB + lp where the backtest can see it.
+For `lp`, EPLB's own plan of the older steps is scored on the held-back steps as well: when it
+balances them better than ours (mean over layers), the map in service stays if it balanced them as
+well as EPLB's, else EPLB's plan of the whole history serves, so that `lp` does not lose to EPLB +
+lp where the backtest can see it.
 """
 
 from __future__ import annotations
@@ -155,15 +156,17 @@ def run(
     balance = [x.mean(axis=1) for x in per_step]
     eplb = _held_back(eplb_plan(raw[:, old]), w[:, new], shape)
     ours = balance[best]
-    lose = np.flatnonzero(eplb < ours - 1e-12) if shape.dispatch == "lp" else np.zeros(0, dtype=np.int64)
+    # lp: judged over all layers (a layer's few held-back steps are noisy: picking the better plan
+    # per layer would pick noise, and EPLB's plan moves nearly every expert)
+    loses = shape.dispatch == "lp" and eplb.mean() < ours.mean() - 1e-12
+    lose = np.arange(ours.size) if loses else np.zeros(0, dtype=np.int64)
     served = ours.copy()
     served[lose] = eplb[lose]
     kept = np.zeros(0, dtype=np.int64)
     if previous is not None and lose.size:  # where the map in service does as well, it moves nothing
-        stay = _held_back(previous[lose], w[lose, new], shape)
-        good = stay <= eplb[lose]
-        served[lose[good]] = stay[good]
-        kept, lose = lose[good], lose[~good]
+        stay = _held_back(previous, w[:, new], shape)
+        if stay.mean() <= eplb.mean():
+            served, kept, lose = stay, lose, kept
     scores = [float(x.mean()) for x in priced]
     return Backtest(
         held, tuple(options), tuple(scores), options[best], price,
