@@ -283,6 +283,8 @@ def targets(rows: list[Row], ratios: dict[str, float]) -> list[str]:
 
     lines = []
     for name in ("ours, even", "ours, even, no previous"):
+        if name not in by:  # not run (--only)
+            continue
         gain = 1 - p95(name, "even") / p95("EPLB", "even")
         above = float((np.concatenate(by[name].even) > 0.97 * p95("EPLB", "even")).mean())
         lines.append(
