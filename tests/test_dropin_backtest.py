@@ -70,6 +70,23 @@ def test_smoothing_keeps_signal_and_drops_counting_noise():
     assert np.allclose(out[0, :, 1], w[0, :, 1], rtol=0.02)
 
 
+def test_bad_constants_are_refused_by_name():
+    history = np.ones((16, LAYERS, EXPERTS))
+    for options, name in (
+        ({"half_life": 0.0}, "half_life"),
+        ({"half_life": "long"}, "half_life"),
+        ({"smooth": 1}, "smooth"),
+        ({"calibrate": "yes"}, "calibrate"),
+        ({"move_cost": -1.0}, "move_cost"),
+    ):
+        try:
+            _report(history, **options)
+        except ValueError as error:
+            assert str(error).startswith(name), error
+        else:
+            raise AssertionError(f"{options} not refused")
+
+
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 10_000), shape=st.floats(0.2, 3.0), with_previous=st.booleans())
 def test_lp_never_worse_than_eplb_on_the_held_back_steps(seed: int, shape: float, with_previous: bool):

@@ -168,7 +168,10 @@ def rebalance_experts(
     an engine recorder's unused rows, are dropped; if every step is zero, `weight` is planned on,
     as EPLB would). `previous` [layers, num_replicas] is the engine's current `phy2log`: experts
     that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
-    max/mean). The search stops when nothing improves or when its work budget is spent
+    max/mean). `move_cost`, `half_life` (steps; None: all alike) and `smooth` (sparse counts shrunk
+    toward the experts' rates) are chosen by a backtest on `history` unless given
+    (dropin_backtest.py; `calibrate=False`: the defaults); `explain`'s report holds its scores.
+    The search stops when nothing improves or when its work budget is spent
     (`work_budget` of the input's shape, times `effort`; `float("inf")`: until nothing improves):
     the result is a function of the arguments alone. `moves` caps the moves scored per layer
     instead (given, it replaces the work budget). A bad argument raises `ArgumentError` (a
@@ -194,6 +197,9 @@ def rebalance_experts(
         move_cost = _real("move_cost", move_cost)
     if smooth is not None and not isinstance(smooth, (bool, np.bool_)):
         raise ArgumentError(f"smooth must be True, False or None, got {_shown(smooth)}")
+    if not isinstance(calibrate, (bool, np.bool_)):
+        raise ArgumentError(f"calibrate must be True or False, got {_shown(calibrate)}")
+    life = _half_life(half_life)
     effort = _effort(effort)
     _check_limits(weight, num_replicas, num_gpus)
     load = _loads(weight, "weight")
@@ -220,7 +226,7 @@ def rebalance_experts(
     if method == "comoe":
         expired, left = _clock_cap(clock, began, budget)
         raw = None if steps is None else steps.transpose(1, 0, 2)
-        fixed = (None if move_cost is None else _real("move_cost", move_cost), _half_life(half_life), smooth)
+        fixed = (None if move_cost is None else _real("move_cost", move_cost), life, smooth)
         options = backtest.candidates(
             w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed
         )
