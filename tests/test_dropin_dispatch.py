@@ -92,7 +92,7 @@ def test_time_budget_on_an_injected_clock():
     # is the search's start, per layer EPLB's packing or the covariance-aware one (whichever
     # scores better), so never worse than EPLB on the objective
     *spent, spent_report = comoe_opt.rebalance_experts(
-        *args, history=steps, time_budget_s=0.5, clock=FakeClock(1.0), explain=True
+        *args, history=steps, time_budget_s=0.5, clock=FakeClock(1.0), explain=True, half_life=ds.HALF_LIFE
     )
     eplb = comoe_opt.rebalance_experts(*args, method="eplb")
     packed = ds.risk_pack(eplb[0], ds.step_moments(ds.normalised(steps.transpose(1, 0, 2), 4)), 4, 1, RISK)

@@ -54,7 +54,9 @@ hottest GPUs; the experts' pairwise covariances are held for at most `CROSS_BYTE
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +80,21 @@ GUIDED = 0.5
 # autocorrelated (GPT-OSS: 0.2 one step apart, 0.06 eight apart), so blocks keep the halves close
 # to independent; 1, 4, 8 and 16 were measured (benchmarks/results/dropin.md)
 CROSS_BLOCK: int | None = 8
+# a call's own half-life (the drop-in's backtest chooses it per call: ep_balance.py); unset, HALF_LIFE
+_CALL_HALF_LIFE: ContextVar[tuple[float | None] | None] = ContextVar("half_life", default=None)
+
+
+@contextmanager
+def half_life(value: float | None) -> Iterator[None]:
+    """Within the block, steps are weighted with half-life `value` (None: all alike) instead of
+    `HALF_LIFE`; a context variable, so concurrent calls do not see each other's."""
+    token = _CALL_HALF_LIFE.set((value,))
+    try:
+        yield
+    finally:
+        _CALL_HALF_LIFE.reset(token)
+
+
 CROSS_TRIES = 8  # a layer's best improving moves checked on the halves per pass, best first
 # bytes of the experts' pairwise covariances held at once (ahead of the rest: 134 MB a layer at
 # the drop-in's limit of 4,096 experts; DeepSeek-V3's 58 layers of 256 hold 30 MB)
@@ -1126,10 +1143,12 @@ def peaks_of_loads(loads: np.ndarray, p: np.ndarray, t: np.ndarray) -> np.ndarra
 
 def step_weights(steps: int) -> np.ndarray:
     """[steps] weights summing to 1, oldest step first, halving every `HALF_LIFE` steps back from
-    the newest (all alike when `HALF_LIFE` is None)."""
-    if HALF_LIFE is None or steps <= 1:
+    the newest (all alike when `HALF_LIFE` is None; `half_life` sets it for a block)."""
+    override = _CALL_HALF_LIFE.get()
+    life = HALF_LIFE if override is None else override[0]
+    if life is None or steps <= 1:
         return np.full(steps, 1.0 / max(steps, 1))
-    p = 0.5 ** ((steps - 1 - np.arange(steps)) / HALF_LIFE)
+    p = 0.5 ** ((steps - 1 - np.arange(steps)) / life)
     return p / p.sum()
 
 

@@ -42,7 +42,9 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
+from comoe_opt.residency import dropin_backtest as backtest
 from comoe_opt.residency import dropin_search as search
+from comoe_opt.residency.dropin_backtest import Backtest
 from comoe_opt.residency.eplb import _check_shape
 from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
 
@@ -68,7 +70,9 @@ BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
 # layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
 EPLB_NS_PER_SLOT = 3300.0
 START_NS_PER_CELL = 8.0
-MOVE_COST = 0.002  # default price of a moved expert, in per-step max/mean (0.2% of a mean GPU load)
+# the backtest's runs (dropin_backtest.py) share this many times the search's own work budget
+BACKTEST_SHARE = 1.0
+MOVE_COST = backtest.MOVE_PRICE  # the default price of a moved expert, in per-step max/mean (0.002)
 # the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
 # load is least (chosen on GPT-OSS windows 1-32 among 0, 0.674, 1, 1.5 and 2)
 RISK = 1.5
@@ -103,6 +107,7 @@ class Report:
     stopped_by_time: bool  # the opt-in `time_budget_s` cut the search short
     seconds: float
     stopped_by_work: bool = False  # the work budget did (the plan is still the input's alone)
+    backtest: Backtest | None = None  # the constants chosen and the scores behind them
 
     @property
     def redundancy_measurable(self) -> bool | None:
@@ -128,6 +133,8 @@ class Report:
                 f"redundant slots lower EPLB's max/mean by {100 * self.redundancy_gain:.2f}%"
                 f" ± {100 * (self.redundancy_noise or 0.0):.2f}% on these steps: {verdict}"
             )
+        if self.backtest is not None:
+            lines.append(self.backtest.summary())
         return "\n".join(lines)
 
 
@@ -142,7 +149,10 @@ def rebalance_experts(
     dispatch: Literal["even", "lp"] = "even",
     history: Any = None,
     previous: Any = None,
-    move_cost: float = MOVE_COST,
+    move_cost: float | None = None,
+    half_life: float | str | None = "auto",
+    smooth: bool | None = None,
+    calibrate: bool = False,
     time_budget_s: float | None = None,
     moves: int | None = None,
     effort: float = 1.0,
@@ -158,7 +168,12 @@ def rebalance_experts(
     an engine recorder's unused rows, are dropped; if every step is zero, `weight` is planned on,
     as EPLB would). `previous` [layers, num_replicas] is the engine's current `phy2log`: experts
     that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
-    max/mean). The search stops when nothing improves or when its work budget is spent
+    max/mean). `move_cost`, `half_life` (steps; None: all alike) and `smooth` (sparse counts shrunk
+    toward the experts' rates) take their defaults unless given; with `calibrate=True` those not
+    given are chosen by a backtest on `history` (dropin_backtest.py), and `explain`'s report holds
+    its scores. The backtest is off by default: on the replays measured it took 3-6x the planning
+    time and met no regime target it missed without it (benchmarks/results/dropin.md).
+    The search stops when nothing improves or when its work budget is spent
     (`work_budget` of the input's shape, times `effort`; `float("inf")`: until nothing improves):
     the result is a function of the arguments alone. `moves` caps the moves scored per layer
     instead (given, it replaces the work budget). A bad argument raises `ArgumentError` (a
@@ -180,7 +195,13 @@ def rebalance_experts(
     num_gpus = _count("num_gpus", num_gpus)
     cap = None if moves is None else _count("moves", moves, low=0, high=MAX_MOVES)
     seed = _count("seed", seed, low=0)
-    move_cost = _real("move_cost", move_cost)
+    if move_cost is not None:
+        move_cost = _real("move_cost", move_cost)
+    if smooth is not None and not isinstance(smooth, (bool, np.bool_)):
+        raise ArgumentError(f"smooth must be True, False or None, got {_shown(smooth)}")
+    if not isinstance(calibrate, (bool, np.bool_)):
+        raise ArgumentError(f"calibrate must be True or False, got {_shown(calibrate)}")
+    life = _half_life(half_life)
     effort = _effort(effort)
     _check_limits(weight, num_replicas, num_gpus)
     load = _loads(weight, "weight")
@@ -202,20 +223,40 @@ def rebalance_experts(
     prev_n = None if prev is None else search.replica_counts(prev, experts, num_gpus)
     if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
         eplb_map = align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes)
-    plan, stopped = eplb_map, False
-    moments = search.step_moments(w) if dispatch == "even" and (method == "comoe" or explain) else None
+    plan, stopped, tested = eplb_map, False, None
+    moments = search.step_moments(w) if dispatch == "even" and explain else None
     if method == "comoe":
-        packed = search.risk_pack(eplb_out[0], moments or search.step_moments(w), num_gpus, shape.nodes, RISK)
-        if prev is not None:
-            packed = align_gpus(packed, prev, experts, num_gpus, shape.nodes)
-        starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
-        # given the map in service, a move off it must lower the objective on each half of the steps
-        halves = search.half_moments(w) if dispatch == "even" and prev is not None else None
-        start = _best_start(starts, w, shape, prev_n, move_cost, moments, halves)
         expired, left = _clock_cap(clock, began, budget)
-        plan, stopped = _search(
-            start, w, shape, prev_n, move_cost, seed, cap, expired, moments, packed, halves, left, work
+        raw = None if steps is None else steps.transpose(1, 0, 2)
+        fixed = (None if move_cost is None else _real("move_cost", move_cost), life, smooth)
+        options = backtest.candidates(
+            w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed
         )
+
+        def planner(
+            w_: np.ndarray, raw_: np.ndarray | None, c: backtest.Constants, share: float
+        ) -> np.ndarray:
+            sub = search.Work(
+                float("inf") if cap is not None else budget_ns * share
+            )  # effort: the final run only
+            eplb_ = (
+                eplb_map if raw_ is None else _eplb_of(raw_, num_replicas, num_groups, num_nodes, prev, shape)
+            )
+            return _comoe(eplb_, w_, raw_, shape, prev, prev_n, c, seed, cap, expired, left, sub)[0]
+
+        if raw is not None and calibrate:
+            price = backtest.MOVE_PRICE if fixed[0] is None else fixed[0]
+            eplb_of = lambda r: _eplb_of(r, num_replicas, num_groups, num_nodes, prev, shape)  # noqa: E731
+            tested = backtest.run(
+                raw, w, shape, prev_n, options, price, planner, eplb_of, BACKTEST_SHARE, prev
+            )
+        chosen = options[0] if tested is None else tested.chosen
+        plan, stopped = _comoe(eplb_map, w, raw, shape, prev, prev_n, chosen, seed, cap, expired, left, work)
+        if tested is not None and (tested.eplb_layers or tested.kept_layers):
+            plan = plan.copy()
+            plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
+            if prev is not None:
+                plan[list(tested.kept_layers)] = prev[list(tested.kept_layers)]
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     logcnt = np.stack([np.bincount(row, minlength=experts) for row in plan]).astype(np.int64)
@@ -229,6 +270,7 @@ def rebalance_experts(
         by_work = stopped and work.spent
         report = _replace(report, stopped_by_time=stopped and not by_work, stopped_by_work=by_work)
         report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
+        report = _replace(report, backtest=tested)
         out = (*out, report)
     return _as_input(out, weight)
 
@@ -241,6 +283,59 @@ def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int
     if dispatch == "even":
         budget -= START_NS_PER_CELL * layers * replicas * gpus * steps
     return max(budget, 0.0)
+
+
+def _comoe(
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    raw: np.ndarray | None,
+    shape: search.Shape,
+    prev: np.ndarray | None,
+    prev_n: np.ndarray | None,
+    c: backtest.Constants,
+    seed: int,
+    cap: int | None,
+    expired: Callable[[], bool],
+    left: Callable[[], float] | None,
+    work: search.Work,
+) -> tuple[np.ndarray, bool]:
+    """(plan, whether cut short) of the search on normalised steps `w` [layers, S, E] (`raw`: their
+    counts, for the smoothing) with constants `c`, from the best of its starts."""
+    experts = w.shape[-1]
+    if c.smooth and raw is not None:
+        w = backtest.smoothed(w, raw)
+    with search.half_life(c.half_life):
+        moments = search.step_moments(w) if shape.dispatch == "even" else None
+        packed = search.risk_pack(eplb_map, moments or search.step_moments(w), shape.gpus, shape.nodes, RISK)
+        if prev is not None:
+            packed = align_gpus(packed, prev, experts, shape.gpus, shape.nodes)
+        starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
+        # given the map in service, a move off it must lower the objective on each half of the steps
+        halves = search.half_moments(w) if shape.dispatch == "even" and prev is not None else None
+        start = _best_start(starts, w, shape, prev_n, c.move_cost, moments, halves)
+        return _search(
+            start, w, shape, prev_n, c.move_cost, seed, cap, expired, moments, packed, halves, left, work
+        )
+
+
+def _eplb_of(
+    raw: np.ndarray, replicas: int, groups: int, nodes: int, prev: np.ndarray | None, shape: search.Shape
+) -> np.ndarray:
+    """EPLB's plan of raw steps [layers, S, E] (their sum), aligned to the map in service."""
+    plan = eplb_rebalance(raw.sum(axis=1), replicas, groups, nodes, shape.gpus)[0]
+    if prev is None:
+        return plan
+    return align_gpus(plan, prev, raw.shape[-1], shape.gpus, shape.nodes)
+
+
+def _half_life(value: Any) -> float | str | None:
+    """ "auto" (chosen by the backtest), None (all steps alike) or a positive number of steps."""
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    number = _real("half_life", value)
+    if number == 0:
+        raise ArgumentError("half_life must be positive, None (all steps alike) or 'auto'")
+    return None if number == float("inf") else number
 
 
 def _clock_cap(
