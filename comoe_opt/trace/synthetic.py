@@ -292,8 +292,9 @@ def _plackett_luce(
     row = row[by_row]
     tokens = row.size
     out = np.full((tokens, k), -1, dtype=np.int64)
-    done = 0 if fixed is None else fixed.shape[1]
-    if done:
+    done = 0
+    if fixed is not None:
+        done = fixed.shape[1]
         out[:, :done] = fixed[by_row]
     for rank in range(done, k):
         pending = np.arange(tokens)
