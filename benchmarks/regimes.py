@@ -389,29 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# measured with this script on the same steps (numbers from those runs, load average 5-10)
-DROPIN_NOTES = [
-    "## Before the backtest",
-    "",
-    "The same replay with the drop-in as it was before its constants were chosen per call (fixed move"
-    " cost 0.002, half-life 64 steps, raw steps, no fallback for `lp`), in one sitting with the run"
-    " above (even vs EPLB, lp vs EPLB + lp, moves of ours even / lp vs EPLB's; median plan time"
-    " even / lp vs the EPLB port):",
-    "",
-    "| regime | even before | even now | lp before | lp now | moves before | moves now | time before"
-    " | time now |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    "| A | -1.1% | -2.2% | -7.1% | -7.1% | 0.210 / 0.167 | 0.189 / 0.331 | 32x / 117x | 80x / 319x |",
-    "| B | +0.3% | +0.7% | -3.3% | -4.1% | 0.070 / 0.020 | 0.064 / 0.020 | 26x / 20x | 62x / 108x |",
-    "| C | +1.3% | -0.0% | -6.7% | -3.3% | 0.385 / 0.054 | 0.399 / 0.179 | 75x / 75x | 33x / 38x |",
-    "",
-    "C's `lp` lost ground through its fallback: in one of its 7 windows (the plan made at step 24)"
-    " EPLB's plan of the older steps balanced the 6 held-back steps better than ours (mean max/mean"
-    " 1.0271), so EPLB's plan served and moved 259 experts; on so few steps that is as likely noise."
-    " A's `lp` moves doubled the same way."
-    " The replays are short (A 5 windows, B 15, C 7): a P95 moves in quanta of a few percent.",
-    "",
-]
+# earlier versions of the drop-in measured with this script on the same steps (numbers from those
+# runs), kept beside the run's tables
+DROPIN_NOTES = [*(Path(__file__).parent / "results" / "regimes-dropin-notes.md").read_text().splitlines(), ""]
 
 
 def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
