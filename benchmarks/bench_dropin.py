@@ -323,7 +323,7 @@ def held_out(rows: list[Row], n: int) -> list[str]:
 
 
 BACKTEST = [
-    "## Constants chosen per call (backtest)",
+    "## Constants chosen per call (backtest, `calibrate=True`)",
     "",
     "Each call holds back the newest quarter of its history, plans on the older steps with each"
     " candidate, scores the plans on the held-back steps (mean per-step max/mean under the dispatch +"
@@ -497,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
         " previous=map in service, dispatch=...)` with its defaults (a work budget sized from the input's"
         " shape to 15x EPLB's own packing for `even`, 300x for `lp`, never read off the clock: the same"
-        " plans on any machine; move cost, half-life and smoothing chosen per call by the backtest on the"
-        " call's own history, below).",
+        " plans on any machine; move cost 0.002, half-life half the history, raw steps: the backtest that"
+        " would choose them per call, `calibrate=True`, is off by default, below).",
         "",
         "## Targets (all windows)",
         "",
