@@ -116,8 +116,10 @@ def _change(value: float, base: float) -> str:
 
 
 def _gap_line(theirs: str | None, gap: float | None, ours: float | None, windows: Any) -> str:
-    if theirs is None or gap is None:
+    if theirs is None:
         return "gap to the proven bound: no engine balancer in --peers"
+    if gap is None:
+        return f"gap to the proven bound: not computed for {theirs} (no window bounded: --bound-windows 0)"
     where = f" on windows {windows}" if windows is not None else ""
     line = f"gap to the proven bound: {theirs} {100 * gap:.1f}% above milp's lower bound{where}"
     if ours is not None:

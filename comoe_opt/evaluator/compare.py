@@ -330,8 +330,18 @@ def bound_gaps(
         "windows": [int(w) for w in chosen],
         "objective": "scenario balance of the planning window, copies free (residency objective, ms)",
         "bound_ms": [float(b) for b in bounds],
-        "gaps": {peer: float(np.mean(v)) for peer, v in gaps.items()},
+        # None where no window was bounded (--bound-windows 0) or no bound was positive
+        "gaps": {peer: _mean_or_none(v) for peer, v in gaps.items()},
     }
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else None
+
+
+def _percent(gap: float | None) -> str:
+    return "–" if gap is None else f"{100 * gap:.1f}%"
 
 
 def _spread(count: int, wanted: int) -> list[int]:
@@ -409,7 +419,7 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["rows"]:
         copies = f"{r['copies_per_replan']:.1f}" if "copies_per_replan" in r else "–"
         plan = f"{r['plan_s']:.2f}" if "plan_s" in r else "–"
-        gap = f"{100 * r['gap_to_bound']:.1f}%" if r.get("gap_to_bound") is not None else "–"
+        gap = _percent(r.get("gap_to_bound"))
         lines.append(
             f"| {r['peer']} | {r['routing']} | {r['p50']:.3f} | {r['p95']:.3f} | {r['p99']:.3f}"
             f" | {r['balancedness_sglang']:.3f} | {r['balancedness_vllm']:.3f} | {copies} | {plan} | {gap} |"
@@ -430,7 +440,7 @@ def redundancy_markdown(result: dict[str, Any]) -> str:
         "|---:|---:|" + "---:|" * (len(peers) + 1),
     ]
     for p in result["points"]:
-        cells = [f"{p[peer]['p95']:.3f} ({100 * p[peer]['gap_to_bound']:.1f}%)" for peer in peers]
+        cells = [f"{p[peer]['p95']:.3f} ({_percent(p[peer]['gap_to_bound'])})" for peer in peers]
         lines.append(
             f"| {p['redundant']} | {p['gb_per_device']:.3f} | "
             + " | ".join(cells)
