@@ -126,6 +126,12 @@ def _solve(verbs: Any) -> None:
     )
     sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
     sub.add_argument("--time-limit", type=float, help="seconds, > 0 (default: policy.time_limit_s)")
+    sub.add_argument(
+        "--work-limits",
+        action="store_true",
+        help="no time limit: every phase ends on a work limit sized to the instance, as evaluations plan"
+        " (the same plan on any machine and load; residency/schedule.py)",
+    )
     sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
     sub.add_argument(
         "--scenarios",

@@ -13,6 +13,7 @@ from comoe_opt.errors import ComoeError
 from comoe_opt.formats import ModelLayers, export_placement, launch_flags, write_placement
 from comoe_opt.instance import Instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
+from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.residency import Placement
 from comoe_opt.residency.report import ModelReport, ResidencyResult
 from comoe_opt.stats.regime import batch_regime
@@ -31,6 +32,10 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     instance = option_into(instance, "--time-limit", "policy.time_limit_s", args.time_limit)
     instance = option_into(instance, "--gap", "policy.mip_gap", args.gap)
     limit, gap = instance.policy.time_limit_s, instance.policy.mip_gap
+    if args.work_limits:
+        if args.time_limit is not None:
+            raise ComoeError("--work-limits and --time-limit exclude each other")
+        limit = reproducible_limit(args.method)
     if args.rolling:
         if args.counts:
             raise ComoeError("--rolling needs a per-token trace, not --counts")
