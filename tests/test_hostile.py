@@ -413,3 +413,8 @@ def test_a_dump_with_rows_of_another_model_is_refused(tmp_path: Path, cli, table
     cli("solve", write_instance(tmp_path, table), "--counts", dump).assert_user_error(
         "dump.json", "6 layer rows", "3 layers"
     )
+
+
+def test_work_limits_and_a_time_limit_exclude_each_other(cli) -> None:
+    both = cli("solve", BASELINE, "--work-limits", "--time-limit", "5")
+    both.assert_user_error("--work-limits", "--time-limit")
