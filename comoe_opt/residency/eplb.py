@@ -45,8 +45,7 @@ def rebalance_experts(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(phy2log, log2phy, logcnt) of DeepSeek's EPLB for loads `weight` [layers, experts]."""
     load = np.asarray(weight, dtype=np.float32)
-    if load.ndim != 2:
-        raise ValueError(f"weight must be [layers, experts], got shape {load.shape}")
+    check_weight(load)
     experts = load.shape[1]
     _check_shape(experts, num_replicas, num_groups, num_nodes, num_gpus)
     if num_groups % num_nodes == 0:
@@ -78,6 +77,15 @@ def slot_ranks(phy2log: np.ndarray) -> np.ndarray:
     ranks = np.empty((layers, slots), dtype=np.int64)
     np.put_along_axis(ranks, order, np.arange(slots) - first, axis=1)
     return ranks
+
+
+def check_weight(load: np.ndarray) -> None:
+    """Loads [layers, experts], every one finite (a NaN would make the packing's choices depend
+    on how each engine compares it)."""
+    if load.ndim != 2:
+        raise ValueError(f"weight must be [layers, experts], got shape {load.shape}")
+    if not np.isfinite(load).all():
+        raise ValueError("weight must be finite in float32 (it holds NaN, infinity or a value above 3.4e38)")
 
 
 def _check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from comoe_opt.residency.engine_balancers.maps import maps_of
-from comoe_opt.residency.eplb import check_slots, hierarchical
+from comoe_opt.residency.eplb import check_slots, check_weight, hierarchical
 
 
 def vllm_default(
@@ -38,9 +38,8 @@ def vllm_default(
     weight = np.asarray(weight_or_steps)
     if weight.ndim == 3:
         weight = weight.sum(axis=0)
-    if weight.ndim != 2:
-        raise ValueError(f"weight must be [layers, experts], got shape {weight.shape}")
     weight = weight.astype(np.float32)
+    check_weight(weight)
     experts = weight.shape[1]
     check_slots(experts, num_replicas, num_gpus)
     if num_groups < 1 or num_nodes < 1:
