@@ -159,7 +159,7 @@ def balanced_packing(
     pack = np.zeros((rows, items), dtype=np.int64)
     rank = np.zeros((rows, items), dtype=np.int64)
     for r, order in enumerate(np.argsort(-load, axis=-1, kind=kind)):
-        sums = np.zeros(packs, dtype=dtype)
+        sums: np.ndarray = np.zeros(packs, dtype=dtype)
         held = np.zeros(packs, dtype=np.int64)
         for item in order:
             chosen = int(np.argmin(sums))  # full packs carry inf
@@ -182,7 +182,7 @@ def replicate(
     count = np.ones((rows, experts), dtype=np.int64)
     phy2log[:, :experts] = np.arange(experts)
     everyone = np.arange(rows)
-    wide = load.astype(dtype)
+    wide: np.ndarray = load.astype(dtype)
     for slot in range(experts, slots):
         chosen = (wide / count.astype(dtype)).argmax(axis=1)
         phy2log[:, slot] = chosen
