@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.eplb import check_slots, inverse, log2phy_of, slot_ranks
+from comoe_opt.residency.eplb import balanced_packing, check_slots, inverse, log2phy_of, slot_ranks
 
 TIE_BREAK = np.float32(1e-4)  # upstream's per-expert offset, so that no two step loads are equal
 
@@ -76,19 +76,13 @@ def sglang_vec_hierarchical(
 
 def pack_groups(group_load: np.ndarray, nodes: int) -> np.ndarray:
     """[layers, groups] place of each group in node-major order: heaviest group first, to the
-    node with room and the least load (first on ties)."""
-    layers, groups = group_load.shape
-    per_node = groups // nodes
-    out = np.full((layers, groups), -1, dtype=np.int64)
-    for layer in range(layers):
-        load = [np.float32(0.0)] * nodes
-        held = [0] * nodes
-        for g in np.argsort(-group_load[layer], kind="stable"):
-            node = min(range(nodes), key=lambda n: (1, 0.0) if held[n] >= per_node else (0, load[n]))
-            out[layer, g] = node * per_node + held[node]
-            load[node] = np.float32(load[node] + group_load[layer, g])
-            held[node] += 1
-    return out
+    node with room and the least load (first on ties), as EPLB's balanced packing, except that
+    with one group a node the heaviest goes to node 0 (EPLB's packing keeps them in place)."""
+    groups = group_load.shape[1]
+    if groups == nodes:
+        return inverse(np.argsort(-group_load, axis=1, kind="stable"))
+    node, rank = balanced_packing(group_load.astype(np.float32), nodes)
+    return node * (groups // nodes) + rank
 
 
 def _steps(weight_or_steps: np.ndarray) -> np.ndarray:
