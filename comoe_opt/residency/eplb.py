@@ -158,16 +158,16 @@ def balanced_packing(
         return np.tile(np.arange(items), (rows, 1)), np.zeros((rows, items), dtype=np.int64)
     pack = np.zeros((rows, items), dtype=np.int64)
     rank = np.zeros((rows, items), dtype=np.int64)
+    full = dtype(np.inf)  # a full pack's load: never the lightest
     for r, order in enumerate(np.argsort(-load, axis=-1, kind=kind)):
-        sums: np.ndarray = np.zeros(packs, dtype=dtype)
-        held = np.zeros(packs, dtype=np.int64)
-        for item in order:
-            chosen = int(np.argmin(sums))  # full packs carry inf
+        row = load[r]
+        sums = [dtype(0.0)] * packs  # scalars, not an array: the loop runs once per item
+        held = [0] * packs
+        for item in order.tolist():
+            chosen = sums.index(min(sums))  # the first lightest
             pack[r, item], rank[r, item] = chosen, held[chosen]
-            sums[chosen] += load[r, item]
             held[chosen] += 1
-            if held[chosen] == per_pack:
-                sums[chosen] = np.inf
+            sums[chosen] = full if held[chosen] == per_pack else dtype(sums[chosen] + row[item])
     return pack, rank
 
 
