@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from conftest import TRACES
 
-from comoe_opt.residency.eplb import balanced_packing, rebalance_experts, replicate
+from comoe_opt.residency.engine_balancers.maps import maps_of
+from comoe_opt.residency.engine_balancers.vllm_default import vllm_default
+from comoe_opt.residency.eplb import balanced_packing, log2phy_of, rebalance_experts, replicate, slot_ranks
 
 REFERENCE = TRACES.parent / "eplb-reference"
 CASES = json.loads((REFERENCE / "cases.json").read_text()) if (REFERENCE / "cases.json").exists() else []
@@ -89,3 +91,21 @@ def test_balanced_packing_by_hand():
 def test_upstream_requirements_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
         rebalance_experts(np.ones((1, 4)), *args)
+
+
+@pytest.mark.parametrize("port", [rebalance_experts, vllm_default])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_loads_are_refused(port, bad):
+    with pytest.raises(ValueError, match="finite"):
+        port(np.array([[1.0, bad, 2.0, 3.0]]), 4, 1, 1, 2)
+
+
+def test_log2phy_by_hand():
+    phy2log = np.array([[1, 0, 1, 2, 1]])
+    assert slot_ranks(phy2log).tolist() == [[0, 0, 1, 0, 2]]
+    # in slot order (the engines' maps): expert 1 on slots 0, 2, 4
+    assert maps_of(phy2log, 3)[1].tolist() == [[[1, -1, -1], [0, 2, 4], [3, -1, -1]]]
+    # in an order of replicas of its own (EPLB's creation order): slot 0 holds expert 1's third
+    assert log2phy_of(phy2log, np.array([[2, 0, 0, 0, 1]]), 3).tolist() == [
+        [[1, -1, -1], [2, 4, 0], [3, -1, -1]]
+    ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from comoe_opt.evaluator.strategies import STRATEGIES as EVALUATOR_STRATEGIES
 from comoe_opt.formats.engines import ENGINE_FORMATS
+from comoe_opt.residency import engine_balancers
 from comoe_opt.residency.heuristics import HEURISTICS
 
 # the models; the heuristics declare themselves (residency/heuristics.py, imported without Pyomo)
@@ -27,16 +28,8 @@ STRATEGIES: dict[str, str] = {name: s.description for name, s in EVALUATOR_STRAT
 
 ENGINES = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
 
-# `comoe-opt compare` (comoe_opt.evaluator.compare.PEERS): EPLB, the engines' balancers, CoMoE
-COMPARE_PEERS = (
-    "eplb",
-    "sglang-vec",
-    "sglang-vec-hier",
-    "vllm-default",
-    "ascend-swift",
-    "ascend-flashlb",
-    "comoe",
-)
+# `comoe-opt compare` (evaluator/compare.py: PEERS): EPLB, the engines' balancers (their registry), CoMoE
+COMPARE_PEERS = ("eplb", *engine_balancers.ENGINES, "comoe")
 
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
 

@@ -36,6 +36,7 @@ from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.planning.rolling import Leases, keeps_leases, reproducible_limit
 from comoe_opt.planning.window import plan_window
+from comoe_opt.residency.engine_balancers import ENGINES
 from comoe_opt.residency.eplb import rebalance_experts
 from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
@@ -46,7 +47,7 @@ from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
-PEERS = ("eplb", "sglang-vec", "sglang-vec-hier", "vllm-default", "ascend-swift", "ascend-flashlb", "comoe")
+PEERS = ("eplb", *ENGINES, "comoe")
 ROUTINGS = ("even", "lp", "flow")
 METHOD = {"comoe": "milp"}  # a peer's slow-loop method, where it differs from its name
 ENGINE_TERMS = TERMS - {"prefetch"}  # only CoMoE plans with what prefetch hides, as in evaluate

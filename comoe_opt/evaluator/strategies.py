@@ -12,6 +12,7 @@ from typing import Literal
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
+from comoe_opt.residency.engine_balancers import ENGINES
 from comoe_opt.residency.problem import TERMS
 
 
@@ -187,14 +188,8 @@ STRATEGIES: dict[str, Strategy] = {
 
 # the balancers engines ship (residency/engine_balancers): each with the engines' even split and
 # with the min-cost flow, as EPLB's two rows
-ENGINE_PEERS = {  # name: (label, whose policy)
-    "sglang-vec": ("SGLang deepseek_vec", "SGLang's deepseek_vec"),
-    "sglang-vec-hier": ("SGLang deepseek_vec_hierarchical", "SGLang's deepseek_vec_hierarchical"),
-    "vllm-default": ("vLLM default", "vLLM's default policy"),
-    "ascend-swift": ("vLLM-Ascend SwiftBalancer", "vLLM-Ascend's SwiftBalancer"),
-    "ascend-flashlb": ("vLLM-Ascend FlashLB", "vLLM-Ascend's FlashLB"),
-}
-for _name, (_label, _whose) in ENGINE_PEERS.items():
+for _name, _engine in ENGINES.items():
+    _label, _whose = _engine.label, _engine.whose
     STRATEGIES[_name] = dataclasses.replace(
         STRATEGIES["eplb"],
         name=_name,

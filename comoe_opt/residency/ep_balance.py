@@ -45,6 +45,7 @@ from comoe_opt.instance import MAX_PLACEMENT_CELLS
 from comoe_opt.residency import dropin_backtest as backtest
 from comoe_opt.residency import dropin_search as search
 from comoe_opt.residency.dropin_backtest import Backtest
+from comoe_opt.residency.engine_balancers.maps import maps_of
 from comoe_opt.residency.eplb import _check_shape
 from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
 
@@ -259,8 +260,7 @@ def rebalance_experts(
                 plan[list(tested.kept_layers)] = prev[list(tested.kept_layers)]
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
-    logcnt = np.stack([np.bincount(row, minlength=experts) for row in plan]).astype(np.int64)
-    out: tuple[Any, ...] = (plan.astype(np.int64), _log2phy(plan, logcnt), logcnt)
+    out: tuple[Any, ...] = maps_of(plan, experts)
     if plan is eplb_out[0]:  # EPLB's own arrays, its log2phy order included
         out = eplb_out
     if explain:
@@ -688,17 +688,6 @@ def _effort(value: Any) -> float:
     if np.isnan(number) or number <= 0:
         raise ArgumentError(f"effort must be positive, got {number!r}")
     return number
-
-
-def _log2phy(phy2log: np.ndarray, logcnt: np.ndarray) -> np.ndarray:
-    """Each expert's slots in ascending order, −1 padded to the most replicas of any expert."""
-    layers, experts = logcnt.shape
-    out = np.full((layers, experts, int(logcnt.max())), -1, dtype=np.int64)
-    for layer in range(layers):
-        order = np.argsort(phy2log[layer], kind="stable")
-        ranks = np.arange(order.size) - np.repeat(np.cumsum(logcnt[layer]) - logcnt[layer], logcnt[layer])
-        out[layer, phy2log[layer][order], ranks] = order
-    return out
 
 
 def _is_torch(value: Any) -> bool:

@@ -33,7 +33,11 @@ these, this port raises `ValueError`. Checked against upstream's own outputs
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+
+SortKind = Literal["stable", "quicksort"]  # how items of equal load are ordered
 
 
 def rebalance_experts(
@@ -41,29 +45,54 @@ def rebalance_experts(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(phy2log, log2phy, logcnt) of DeepSeek's EPLB for loads `weight` [layers, experts]."""
     load = np.asarray(weight, dtype=np.float32)
-    if load.ndim != 2:
-        raise ValueError(f"weight must be [layers, experts], got shape {load.shape}")
-    layers, experts = load.shape
+    check_weight(load)
+    experts = load.shape[1]
     _check_shape(experts, num_replicas, num_groups, num_nodes, num_gpus)
     if num_groups % num_nodes == 0:
-        phy2log, rank, logcnt = _hierarchical(load, num_replicas, num_groups, num_nodes, num_gpus)
+        phy2log, rank, logcnt = hierarchical(load, num_replicas, num_groups, num_nodes, num_gpus)
     else:
-        phy2log, rank, logcnt = _hierarchical(load, num_replicas, 1, 1, num_gpus)
-    width = int(logcnt.max())  # upstream pads to the most replicas any expert has
+        phy2log, rank, logcnt = hierarchical(load, num_replicas, 1, 1, num_gpus)
+    return phy2log, log2phy_of(phy2log, rank, experts), logcnt
+
+
+def log2phy_of(phy2log: np.ndarray, rank: np.ndarray, experts: int, width: int | None = None) -> np.ndarray:
+    """[layers, experts, width] each expert's slots, the slot holding its replica r at place r,
+    −1 padded to `width` (default, as upstream: the most replicas any expert has)."""
+    layers, slots = phy2log.shape
+    width = int(rank.max()) + 1 if width is None else width
     log2phy = np.full((layers, experts, width), -1, dtype=np.int64)
-    rows = np.repeat(np.arange(layers), num_replicas)
-    log2phy[rows, phy2log.ravel(), rank.ravel()] = np.tile(np.arange(num_replicas), layers)
-    return phy2log, log2phy, logcnt
+    rows = np.repeat(np.arange(layers), slots)
+    log2phy[rows, phy2log.ravel(), rank.ravel()] = np.tile(np.arange(slots), layers)
+    return log2phy
+
+
+def slot_ranks(phy2log: np.ndarray) -> np.ndarray:
+    """[layers, slots] each slot's place among its expert's slots, in slot order."""
+    layers, slots = phy2log.shape
+    order = np.argsort(phy2log, axis=1, kind="stable")  # each expert's slots together, ascending
+    held = np.take_along_axis(phy2log, order, axis=1)
+    starts = np.ones((layers, slots), dtype=bool)
+    starts[:, 1:] = held[:, 1:] != held[:, :-1]
+    first = np.maximum.accumulate(np.where(starts, np.arange(slots), 0), axis=1)
+    ranks = np.empty((layers, slots), dtype=np.int64)
+    np.put_along_axis(ranks, order, np.arange(slots) - first, axis=1)
+    return ranks
+
+
+def check_weight(load: np.ndarray) -> None:
+    """Loads [layers, experts], every one finite (a NaN would make the packing's choices depend
+    on how each engine compares it)."""
+    if load.ndim != 2:
+        raise ValueError(f"weight must be [layers, experts], got shape {load.shape}")
+    if not np.isfinite(load).all():
+        raise ValueError("weight must be finite in float32 (it holds NaN, infinity or a value above 3.4e38)")
 
 
 def _check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int) -> None:
     for name, value in (("num_replicas", replicas), ("num_groups", groups), ("num_nodes", nodes)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
-    if gpus < 1 or replicas % gpus:
-        raise ValueError(f"num_replicas ({replicas}) must be a multiple of num_gpus ({gpus})")
-    if replicas < experts:
-        raise ValueError(f"num_replicas ({replicas}) must be at least the experts ({experts})")
+    check_slots(experts, replicas, gpus)
     if groups % nodes == 0:
         if experts % groups:
             raise ValueError(f"the experts ({experts}) must split evenly into num_groups ({groups})")
@@ -71,26 +100,42 @@ def _check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int
             raise ValueError(f"num_gpus ({gpus}) must be a multiple of num_nodes ({nodes})")
 
 
-def _hierarchical(
-    load: np.ndarray, replicas: int, groups: int, nodes: int, gpus: int
+def check_slots(experts: int, num_replicas: int, num_gpus: int) -> None:
+    """What every engine asserts: whole slots per GPU and room for every expert."""
+    if num_gpus < 1 or num_replicas % num_gpus:
+        raise ValueError(f"num_replicas ({num_replicas}) must be a multiple of num_gpus ({num_gpus})")
+    if num_replicas < experts:
+        raise ValueError(f"num_replicas ({num_replicas}) must be at least the experts ({experts})")
+
+
+def hierarchical(
+    load: np.ndarray,
+    replicas: int,
+    groups: int,
+    nodes: int,
+    gpus: int,
+    dtype: type = np.float32,
+    kind: SortKind = "stable",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(phy2log, replica rank of each slot, logcnt): groups onto nodes, replicas within each node,
+    replicas onto the node's GPUs; loads per replica in `dtype`, items ordered by sort `kind`."""
     layers, experts = load.shape
     group_size = experts // groups
     per_node = experts // nodes  # logical experts per node
     # 1. groups onto nodes; "node-major" order lists each node's experts together
     group_load = load.reshape(layers, groups, group_size).sum(axis=2)
-    node_of, rank_in_node = balanced_packing(group_load, nodes)
+    node_of, rank_in_node = balanced_packing(group_load, nodes, dtype, kind)
     first = (node_of * (groups // nodes) + rank_in_node) * group_size  # [layers, groups]
     to_node_major = (first[:, :, None] + np.arange(group_size)).reshape(layers, experts)
-    from_node_major = _inverse(to_node_major)
+    from_node_major = inverse(to_node_major)
     # 2. replicas within each node
     node_load = np.take_along_axis(load, from_node_major, axis=1).reshape(layers * nodes, per_node)
-    phy2nm, phy_rank, nm_count = replicate(node_load, replicas // nodes)
+    phy2nm, phy_rank, nm_count = replicate(node_load, replicas // nodes, dtype)
     # 3. each node's replicas onto its GPUs
-    replica_load = np.take_along_axis(node_load / nm_count.astype(np.float32), phy2nm, axis=1)
-    gpu_of, rank_on_gpu = balanced_packing(replica_load, gpus // nodes)
+    replica_load = np.take_along_axis(node_load.astype(dtype) / nm_count.astype(dtype), phy2nm, axis=1)
+    gpu_of, rank_on_gpu = balanced_packing(replica_load, gpus // nodes, dtype, kind)
     slot_of = gpu_of * (replicas // gpus) + rank_on_gpu
-    phy_of_slot = _inverse(slot_of)
+    phy_of_slot = inverse(slot_of)
     slot2nm = np.take_along_axis(phy2nm, phy_of_slot, axis=1).reshape(layers, nodes, -1)
     slot2nm = (slot2nm + (np.arange(nodes) * per_node)[None, :, None]).reshape(layers, -1)
     phy2log = np.take_along_axis(from_node_major, slot2nm, axis=1)
@@ -99,50 +144,55 @@ def _hierarchical(
     return phy2log, slot_rank, logcnt
 
 
-def balanced_packing(load: np.ndarray, packs: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pack, rank in pack) of every item of each row [rows, items]; every pack gets items/packs items."""
+def balanced_packing(
+    load: np.ndarray, packs: int, dtype: type = np.float32, kind: SortKind = "stable"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pack, rank in pack) of every item of each row [rows, items]; every pack gets items/packs items.
+
+    Items go heaviest first (`kind`: the sort, which orders equal loads) to the lightest pack
+    that is not full (first on ties); pack loads are summed in `dtype`. DeepSeek's EPLB sums in
+    float32 with a stable sort; vLLM's sums in float64 with numpy's default sort."""
     rows, items = load.shape
     per_pack = items // packs
     if per_pack == 1:
-        index = np.broadcast_to(np.arange(items), (rows, items)).copy()
-        return index, np.zeros((rows, items), dtype=np.int64)
+        return np.tile(np.arange(items), (rows, 1)), np.zeros((rows, items), dtype=np.int64)
     pack = np.zeros((rows, items), dtype=np.int64)
     rank = np.zeros((rows, items), dtype=np.int64)
-    for r in range(rows):
-        weights = [np.float32(0.0)] * packs  # float32 sums, as upstream's
-        counts = [0] * packs
-        for item in _descending(load[r]):
-            open_packs = [p for p in range(packs) if counts[p] < per_pack]
-            chosen = min(open_packs, key=weights.__getitem__)
-            pack[r, item], rank[r, item] = chosen, counts[chosen]
-            weights[chosen] += load[r, item]
-            counts[chosen] += 1
+    full = dtype(np.inf)  # a full pack's load: never the lightest
+    for r, order in enumerate(np.argsort(-load, axis=-1, kind=kind)):
+        row = load[r]
+        sums = [dtype(0.0)] * packs  # scalars, not an array: the loop runs once per item
+        held = [0] * packs
+        for item in order.tolist():
+            chosen = sums.index(min(sums))  # the first lightest
+            pack[r, item], rank[r, item] = chosen, held[chosen]
+            held[chosen] += 1
+            sums[chosen] = full if held[chosen] == per_pack else dtype(sums[chosen] + row[item])
     return pack, rank
 
 
-def replicate(load: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def replicate(
+    load: np.ndarray, slots: int, dtype: type = np.float32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(phy2log, rank of each replica, replicas per expert): one replica each, then every further
-    slot to the largest load per replica."""
+    slot to the largest load per replica, computed in `dtype` (first on ties)."""
     rows, experts = load.shape
     phy2log = np.zeros((rows, slots), dtype=np.int64)
     rank = np.zeros((rows, slots), dtype=np.int64)
     count = np.ones((rows, experts), dtype=np.int64)
     phy2log[:, :experts] = np.arange(experts)
     everyone = np.arange(rows)
+    wide: np.ndarray = load.astype(dtype)
     for slot in range(experts, slots):
-        chosen = (load / count.astype(np.float32)).argmax(axis=1)
+        chosen = (wide / count.astype(dtype)).argmax(axis=1)
         phy2log[:, slot] = chosen
         rank[:, slot] = count[everyone, chosen]
         count[everyone, chosen] += 1
     return phy2log, rank, count
 
 
-def _descending(row: np.ndarray) -> np.ndarray:
-    """Item order heaviest first; ties keep index order."""
-    return np.argsort(-row, kind="stable")
-
-
-def _inverse(permutation: np.ndarray) -> np.ndarray:
-    inverse = np.empty_like(permutation)
-    np.put_along_axis(inverse, permutation, np.arange(permutation.shape[1])[None, :], axis=1)
-    return inverse
+def inverse(permutation: np.ndarray) -> np.ndarray:
+    """The inverse of each row's permutation [rows, n]."""
+    out = np.empty_like(permutation)
+    np.put_along_axis(out, permutation, np.arange(permutation.shape[1])[None, :], axis=1)
+    return out

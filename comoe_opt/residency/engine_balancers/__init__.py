@@ -2,7 +2,7 @@
 
 Each port is a plain function in EPLB's style, `(weight_or_steps, num_replicas, num_groups,
 num_nodes, num_gpus, ...) -> (phy2log, log2phy, logcnt)` (`ENGINE_BALANCERS`), and a slow-loop
-heuristic registered under a name that says whose it is:
+heuristic registered under a name that says whose it is (`ENGINES`, the one list of them):
 
 * `sglang-vec`, `sglang-vec-hier` — SGLang's `deepseek_vec` and `deepseek_vec_hierarchical`, on the
   window's per-step counts (sglang_vec.py);
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,18 +38,70 @@ from comoe_opt.residency.problem import ResidencyProblem
 
 Maps = tuple[np.ndarray, np.ndarray, np.ndarray]
 
-ENGINE_BALANCERS: dict[str, Callable[..., Maps]] = {
-    "sglang-vec": sglang_vec,
-    "sglang-vec-hier": sglang_vec_hierarchical,
-    "vllm-default": vllm_default,
-    "ascend-swift": ascend_swift,
-    "ascend-flashlb": ascend_flashlb,
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's balancer: the port, and the words every table and `--help` use for it."""
+
+    plan: Callable[..., Maps]
+    label: str  # its row in tables
+    whose: str  # whose policy, in descriptions
+    description: str  # what it does, for `--method`'s help
+    incremental: bool  # starts from the map in service
+    per_step: bool  # plans on per-step counts, not the window's sum
+
+
+# the one list of engines: strategies, `compare`'s peers and the CLI's choices read it
+ENGINES: dict[str, Engine] = {
+    "sglang-vec": Engine(
+        sglang_vec,
+        "SGLang deepseek_vec",
+        "SGLang's deepseek_vec",
+        "SGLang's deepseek_vec: replicas by the sum over steps of each step's peak",
+        incremental=False,
+        per_step=True,
+    ),
+    "sglang-vec-hier": Engine(
+        sglang_vec_hierarchical,
+        "SGLang deepseek_vec_hierarchical",
+        "SGLang's deepseek_vec_hierarchical",
+        "SGLang's deepseek_vec_hierarchical: groups onto nodes, then deepseek_vec",
+        incremental=False,
+        per_step=True,
+    ),
+    "vllm-default": Engine(
+        vllm_default,
+        "vLLM default",
+        "vLLM's default policy",
+        "vLLM's default policy: EPLB keeping experts in place within a GPU",
+        incremental=True,
+        per_step=False,
+    ),
+    "ascend-swift": Engine(
+        ascend_swift,
+        "vLLM-Ascend SwiftBalancer",
+        "vLLM-Ascend's SwiftBalancer",
+        "vLLM-Ascend's SwiftBalancer: redundant slots re-dealt, then swaps",
+        incremental=True,
+        per_step=False,
+    ),
+    "ascend-flashlb": Engine(
+        ascend_flashlb,
+        "vLLM-Ascend FlashLB",
+        "vLLM-Ascend's FlashLB",
+        "vLLM-Ascend's FlashLB: tree search over replicas on per-step stages",
+        incremental=True,
+        per_step=True,
+    ),
 }
-INCREMENTAL = frozenset({"vllm-default", "ascend-swift", "ascend-flashlb"})  # start from the map in service
-PER_STEP = frozenset({"sglang-vec", "sglang-vec-hier", "ascend-flashlb"})  # plan on per-step counts
+ENGINE_BALANCERS: dict[str, Callable[..., Maps]] = {name: e.plan for name, e in ENGINES.items()}
+INCREMENTAL = frozenset(name for name, e in ENGINES.items() if e.incremental)
+PER_STEP = frozenset(name for name, e in ENGINES.items() if e.per_step)
 
 __all__ = [
+    "ENGINES",
     "ENGINE_BALANCERS",
+    "Engine",
     "ascend_flashlb",
     "ascend_swift",
     "sglang_vec",
@@ -123,14 +176,7 @@ def previous_map(problem: ResidencyProblem, per_layer: int) -> np.ndarray | None
 
 # each engine's balancer as a slow-loop heuristic: it re-plans from scratch (no leases) and is too
 # slow or too different to warm-start every MILP
-_DESCRIPTIONS = {
-    "sglang-vec": "SGLang's deepseek_vec: replicas by the sum over steps of each step's peak",
-    "sglang-vec-hier": "SGLang's deepseek_vec_hierarchical: groups onto nodes, then deepseek_vec",
-    "vllm-default": "vLLM's default policy: EPLB keeping experts in place within a GPU",
-    "ascend-swift": "vLLM-Ascend's SwiftBalancer: redundant slots re-dealt, then swaps",
-    "ascend-flashlb": "vLLM-Ascend's FlashLB: tree search over replicas on per-step stages",
-}
-for _name, _description in _DESCRIPTIONS.items():
-    heuristic(_name, _description, leases=False, warm_start=False)(
+for _name, _engine in ENGINES.items():
+    heuristic(_name, _engine.description, leases=False, warm_start=False)(
         functools.partial(engine_placement, name=_name)
     )

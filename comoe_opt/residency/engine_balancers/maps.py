@@ -1,8 +1,14 @@
-"""The EPLB-style maps every engine port returns, and the checks their arguments share."""
+"""The EPLB-style maps every engine port returns, and the layout an engine starts from.
+
+The slot check every engine shares (`check_slots`) and the log2phy scatter live in
+`residency/eplb.py`, which this module builds on (eplb cannot import this package: the package
+imports the vLLM port, which imports eplb)."""
 
 from __future__ import annotations
 
 import numpy as np
+
+from comoe_opt.residency.eplb import log2phy_of, slot_ranks
 
 
 def maps_of(
@@ -16,21 +22,7 @@ def maps_of(
     for layer in range(layers):
         logcnt[layer] = np.bincount(phy2log[layer], minlength=experts)
     width = int(logcnt.max()) if width is None else width
-    log2phy = np.full((layers, experts, width), -1, dtype=np.int64)
-    for layer in range(layers):
-        seen = np.zeros(experts, dtype=np.int64)
-        for slot, e in enumerate(phy2log[layer]):
-            log2phy[layer, e, seen[e]] = slot
-            seen[e] += 1
-    return phy2log, log2phy, logcnt
-
-
-def check_slots(experts: int, num_replicas: int, num_gpus: int) -> None:
-    """What every engine asserts: whole slots per GPU and room for every expert."""
-    if num_gpus < 1 or num_replicas % num_gpus:
-        raise ValueError(f"num_replicas ({num_replicas}) must be a multiple of num_gpus ({num_gpus})")
-    if num_replicas < experts:
-        raise ValueError(f"num_replicas ({num_replicas}) must be at least the experts ({experts})")
+    return phy2log, log2phy_of(phy2log, slot_ranks(phy2log), experts, width), logcnt
 
 
 def initial_layout(layers: int, experts: int, num_replicas: int) -> np.ndarray:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import check_slots
+from comoe_opt.residency.eplb import balanced_packing, check_slots, inverse, log2phy_of, slot_ranks
 
 TIE_BREAK = np.float32(1e-4)  # upstream's per-expert offset, so that no two step loads are equal
 
@@ -63,8 +63,7 @@ def sglang_vec_hierarchical(
     group_load = steps.sum(axis=0).reshape(layers, num_groups, size).sum(axis=2)
     position = pack_groups(group_load, num_nodes)  # [layers, groups]: the group's place, node-major
     to_node_major = (position[:, :, None] * size + np.arange(size)).reshape(layers, experts)
-    from_node_major = np.empty_like(to_node_major)
-    np.put_along_axis(from_node_major, to_node_major, np.arange(experts)[None, :], axis=1)
+    from_node_major = inverse(to_node_major)
     node_major = np.take_along_axis(steps, from_node_major[None], axis=2)
     phy2nm, nm2phy, nm_count = _chunkwise(
         node_major, num_replicas, num_replicas // num_gpus, num_replicas // num_nodes
@@ -77,19 +76,13 @@ def sglang_vec_hierarchical(
 
 def pack_groups(group_load: np.ndarray, nodes: int) -> np.ndarray:
     """[layers, groups] place of each group in node-major order: heaviest group first, to the
-    node with room and the least load (first on ties)."""
-    layers, groups = group_load.shape
-    per_node = groups // nodes
-    out = np.full((layers, groups), -1, dtype=np.int64)
-    for layer in range(layers):
-        load = [np.float32(0.0)] * nodes
-        held = [0] * nodes
-        for g in np.argsort(-group_load[layer], kind="stable"):
-            node = min(range(nodes), key=lambda n: (1, 0.0) if held[n] >= per_node else (0, load[n]))
-            out[layer, g] = node * per_node + held[node]
-            load[node] = np.float32(load[node] + group_load[layer, g])
-            held[node] += 1
-    return out
+    node with room and the least load (first on ties), as EPLB's balanced packing, except that
+    with one group a node the heaviest goes to node 0 (EPLB's packing keeps them in place)."""
+    groups = group_load.shape[1]
+    if groups == nodes:
+        return inverse(np.argsort(-group_load, axis=1, kind="stable"))
+    node, rank = balanced_packing(group_load.astype(np.float32), nodes)
+    return node * (groups // nodes) + rank
 
 
 def _steps(weight_or_steps: np.ndarray) -> np.ndarray:
@@ -127,8 +120,10 @@ def _chunkwise(
     order = np.broadcast_to(np.arange(replicas), (layers, replicas))
     if per_gpu > 1:
         order = _snake(_summed(steps), created, count, chunks, per_chunk, per_gpu)
-    width = replicas - experts + 1
-    return np.take_along_axis(created, order, axis=1), _log2phy(order, created, experts, width), count
+    # each expert's new slots listed in the order its replicas were created (upstream's log2phy)
+    rank = np.take_along_axis(slot_ranks(created), order, axis=1)
+    phy2log = np.take_along_axis(created, order, axis=1)
+    return phy2log, log2phy_of(phy2log, rank, experts, replicas - experts + 1), count
 
 
 def _summed(steps: np.ndarray) -> np.ndarray:
@@ -171,17 +166,3 @@ def _snake(
     rows = ranked.reshape(layers, chunks, per_gpu, gpus).copy()  # row r holds ranks r*G .. r*G+G-1
     rows[:, :, 1::2, :] = rows[:, :, 1::2, ::-1]
     return rows.transpose(0, 1, 3, 2).reshape(layers, chunks * per_chunk)
-
-
-def _log2phy(order: np.ndarray, created: np.ndarray, experts: int, width: int) -> np.ndarray:
-    """Each expert's new slots, in the order its replicas were created (upstream's log2phy)."""
-    layers, replicas = order.shape
-    new_of_old = np.argsort(order, axis=1)
-    out = np.full((layers, experts, width), -1, dtype=np.int64)
-    for layer in range(layers):
-        seen = np.zeros(experts, dtype=np.int64)
-        for old in range(replicas):
-            e = created[layer, old]
-            out[layer, e, seen[e]] = new_of_old[layer, old]
-            seen[e] += 1
-    return out

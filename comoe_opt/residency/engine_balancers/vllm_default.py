@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import check_slots, maps_of
+from comoe_opt.residency.engine_balancers.maps import maps_of
+from comoe_opt.residency.eplb import check_slots, check_weight, hierarchical
 
 
 def vllm_default(
@@ -37,9 +38,8 @@ def vllm_default(
     weight = np.asarray(weight_or_steps)
     if weight.ndim == 3:
         weight = weight.sum(axis=0)
-    if weight.ndim != 2:
-        raise ValueError(f"weight must be [layers, experts], got shape {weight.shape}")
     weight = weight.astype(np.float32)
+    check_weight(weight)
     experts = weight.shape[1]
     check_slots(experts, num_replicas, num_gpus)
     if num_groups < 1 or num_nodes < 1:
@@ -50,68 +50,13 @@ def vllm_default(
         raise ValueError(
             f"the experts ({experts}) must split into num_groups ({num_groups}), the GPUs over the nodes"
         )
-    phy2log = hierarchical(weight, num_replicas, num_groups, num_nodes, num_gpus)
+    phy2log = hierarchical(weight, num_replicas, num_groups, num_nodes, num_gpus, np.float64, "quicksort")[0]
     if old_phy2log is not None:
         old = np.asarray(old_phy2log, dtype=np.int64)
         if old.shape != phy2log.shape:
             raise ValueError(f"old_phy2log must be [layers, num_replicas] = {phy2log.shape}, got {old.shape}")
         phy2log = keep_slots(phy2log, old, num_gpus)
     return maps_of(phy2log, experts)
-
-
-def hierarchical(weight: np.ndarray, replicas: int, groups: int, nodes: int, gpus: int) -> np.ndarray:
-    """[layers, replicas] phy2log: groups onto nodes, replicas within nodes, replicas onto GPUs."""
-    layers, experts = weight.shape
-    size, per_node = experts // groups, experts // nodes
-    node_of, rank = packing(weight.reshape(layers, groups, size).sum(axis=-1), nodes)
-    to_node_major = ((node_of * (groups // nodes) + rank)[:, :, None] * size + np.arange(size)).reshape(
-        layers, experts
-    )
-    from_node_major = _inverse(to_node_major)
-    node_load = np.take_along_axis(weight, from_node_major, axis=1).reshape(-1, per_node)
-    phy2nm, count = replicate(node_load, replicas // nodes)
-    replica_load = np.take_along_axis(node_load / count, phy2nm, axis=1)  # float64, as upstream
-    gpu_of, slot_rank = packing(replica_load, gpus // nodes)
-    slot2phy = _inverse(gpu_of * (replicas // gpus) + slot_rank)
-    slot2nm = np.take_along_axis(phy2nm, slot2phy, axis=1).reshape(layers, nodes, -1)
-    slot2nm = (slot2nm + (np.arange(nodes) * per_node)[None, :, None]).reshape(layers, -1)
-    return np.take_along_axis(from_node_major, slot2nm, axis=1)
-
-
-def packing(load: np.ndarray, packs: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pack, rank in pack) per item of each row: heaviest first (numpy's default sort), to the
-    lightest pack that is not full (first on ties); sums in float64."""
-    rows, items = load.shape
-    per_pack = items // packs
-    if per_pack == 1:
-        return np.tile(np.arange(items), (rows, 1)), np.zeros((rows, items), dtype=np.int64)
-    pack = np.full((rows, items), -1, dtype=np.int64)
-    rank = np.full((rows, items), -1, dtype=np.int64)
-    for r, order in enumerate(np.argsort(-load, axis=-1)):
-        sums = np.zeros(packs, dtype=np.float64)
-        held = np.zeros(packs, dtype=np.int64)
-        for item in order:
-            chosen = int(np.argmin(sums))  # full packs carry inf
-            pack[r, item], rank[r, item] = chosen, held[chosen]
-            sums[chosen] += load[r, item]
-            held[chosen] += 1
-            if held[chosen] == per_pack:
-                sums[chosen] = np.inf
-    return pack, rank
-
-
-def replicate(load: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
-    """(phy2log, count): one replica each, then each further slot to the largest load per
-    replica (float64 ratios, first on ties)."""
-    rows, experts = load.shape
-    phy2log = np.tile(np.arange(slots), (rows, 1))
-    count = np.ones((rows, experts), dtype=np.int64)
-    every = np.arange(rows)
-    for slot in range(experts, slots):
-        chosen = np.argmax(load / count, axis=-1)
-        phy2log[:, slot] = chosen
-        count[every, chosen] += 1
-    return phy2log, count
 
 
 def keep_slots(new: np.ndarray, old: np.ndarray, gpus: int) -> np.ndarray:
@@ -134,9 +79,3 @@ def keep_slots(new: np.ndarray, old: np.ndarray, gpus: int) -> np.ndarray:
             rest = iter(e for i, e in enumerate(planned) if not taken[i])
             out[layer, span] = [k if k is not None else next(rest) for k in kept]
     return out
-
-
-def _inverse(permutation: np.ndarray) -> np.ndarray:
-    inverse = np.empty_like(permutation)
-    np.put_along_axis(inverse, permutation, np.arange(permutation.shape[1])[None, :], axis=1)
-    return inverse
