@@ -159,3 +159,33 @@ def test_flow_respects_capacities_and_matches_its_lp(p, extra_window):
     )
     assert lp.status == 0
     assert abs(lp.fun - cost) < 1e-6
+
+
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 30),
+    st.integers(1, 8),
+    st.sampled_from([np.int8, np.int64]),
+    st.integers(1, 3000),
+)
+def test_unique_rows_and_member_starts_match_numpy(seed, rows, columns, dtype, chunk):
+    """The skeleton's lexsort `unique_rows` is `np.unique(axis=0, return_inverse=True)` (with the
+    NEVER = -1 of first slots); the chunked member minimum is the per-row minimum, any chunk size."""
+    import comoe_opt.mapping.network as network
+
+    rng = np.random.default_rng(seed)
+    matrix = rng.integers(NEVER, 3, size=(rows, columns)).astype(dtype)
+    expected, inverse = np.unique(matrix, axis=0, return_inverse=True)
+    got, got_inverse = network.unique_rows(matrix)
+    assert got.dtype == expected.dtype
+    assert np.array_equal(got, expected) and np.array_equal(got_inverse, inverse.ravel())
+    earliest = np.where(rng.random((rows, columns)) < 0.3, np.inf, rng.integers(0, 50, (rows, columns)))
+    members = (rng.random((rng.integers(1, 2 * rows + 1), rows)) < 0.4).astype(np.int8)
+    members[:, rng.integers(rows)] = 1  # every row has a member
+    direct = np.array([earliest[row > 0].min(axis=0) for row in members])
+    original = network.MEMBER_CHUNK
+    try:
+        network.MEMBER_CHUNK = chunk
+        assert np.array_equal(network._member_min(members, earliest), direct)
+    finally:
+        network.MEMBER_CHUNK = original

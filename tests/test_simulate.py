@@ -258,3 +258,34 @@ def test_cli_evaluate_with_overrides(table, write_toml, cli):
     cli("evaluate", instance, "--set", "policy.nope=1").assert_user_error("policy.nope", "unknown key")
     cli("evaluate", instance, "--set", "nope").assert_user_error("SECTION.KEY=VALUE")
     cli("evaluate", instance, "--set", "policy.balance_scenarios=-1").assert_user_error("balance_scenarios")
+
+
+@pytest.mark.parametrize("balance", ["tokens", "work"])
+@pytest.mark.parametrize(
+    "name, capacity_gb",
+    [("comoe", 5.0), ("eplb-flow", 9.0)],  # 5: prefetched and on-demand pages; 9: 12 slots for 8 experts
+)
+def test_shared_flow_costs_give_the_same_replay(name, capacity_gb, balance, monkeypatch):
+    """Micro-batches that meet equal layer costs share one `LayerCosts` (and so its flow skeleton
+    and arc sets); the replay is the same as with fresh costs for every micro-batch."""
+    from collections import OrderedDict
+
+    overrides = {"policy.balance": balance, "hardware.capacity_gb": capacity_gb}
+    instance = with_overrides(instance_from_table(SMALL, "small.toml"), overrides)
+    built = []
+    original = fastmap.LayerCosts
+
+    def counting(**kwargs):
+        built.append(1)
+        return original(**kwargs)
+
+    monkeypatch.setattr(fastmap, "LayerCosts", counting)
+    monkeypatch.setattr(fastmap, "_COSTS", OrderedDict())
+    shared = replay(instance, instance_batches(instance), STRATEGIES[name])
+    shared_builds = len(built)
+    monkeypatch.setattr(fastmap, "COSTS_KEPT", 0)
+    monkeypatch.setattr(fastmap, "_COSTS", OrderedDict())
+    fresh = replay(instance, instance_batches(instance), STRATEGIES[name])
+    assert 0 < shared_builds < len(built) - shared_builds  # the costs were shared
+    for field in ("latency_ms", "expert_ms", "balance", "imbalance_tokens", "energy_mj", "load_bytes"):
+        assert np.array_equal(getattr(shared, field), getattr(fresh, field)), field

@@ -15,6 +15,7 @@ on-demand load. Strategies differ in how they pick among candidates:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Protocol
 
 import numpy as np
@@ -180,15 +181,36 @@ def min_cost_flow(
     ticks_per_ms = 1e-3 / TICK_S
     ready = np.where(np.isfinite(ready_ms), np.ceil(ready_ms * ticks_per_ms), NEVER).astype(np.int64)
     hop = np.rint(rt.speeds.hop_ms * ticks_per_ms).astype(np.int64)
-    costs = LayerCosts(
-        ready=ready,
-        start=hop,
-        token_time=np.maximum(np.rint(unit_ms * ticks_per_ms).astype(np.int64), 1),
-        finish=hop,
-        resident=resident,
-        tick_s=TICK_S,
-    )
+    token_time = np.maximum(np.rint(unit_ms * ticks_per_ms).astype(np.int64), 1)
+    costs = shared_costs(ready, hop, token_time, resident)
     result = solve_min_cost_flow(MappingProblem(units, costs))
     if not result.status.has_solution:
         raise RuntimeError(f"min-cost flow failed at layer {layer}: {result.status.value}")
     return result.solution
+
+
+COSTS_KEPT = 64  # distinct LayerCosts kept: more than a window's layers x readiness variants, each
+# with its flow skeleton and arc sets (tens of kB for 32 experts x 8 chiplets)
+_COSTS: OrderedDict[tuple, LayerCosts] = OrderedDict()
+
+
+def shared_costs(
+    ready: np.ndarray, hop: np.ndarray, token_time: np.ndarray, resident: np.ndarray
+) -> LayerCosts:
+    """The `LayerCosts` of these arrays, the same object for equal contents.
+
+    A layer's readiness changes only when its placement or buffers do, so most micro-batches meet
+    costs seen before; the flow's skeleton and arc sets are cached on the costs object
+    (`comoe_opt.mapping.network.costs_graph`), and sharing it skips rebuilding them. Every part of
+    them is a function of these arrays alone, so the flows are the same as with fresh costs.
+    """
+    key = tuple((a.shape, a.dtype.str, a.tobytes()) for a in (ready, hop, token_time, resident))
+    costs = _COSTS.get(key)
+    if costs is not None:
+        _COSTS.move_to_end(key)
+        return costs
+    costs = LayerCosts(ready=ready, start=hop, token_time=token_time, finish=hop, resident=resident.copy())
+    _COSTS[key] = costs
+    if len(_COSTS) > COSTS_KEPT:
+        _COSTS.popitem(last=False)
+    return costs

@@ -104,8 +104,7 @@ def costs_graph(costs: LayerCosts) -> LayerGraph:
 
 def layer_graph(costs: LayerCosts) -> LayerGraph:
     """Skeleton with experts grouped by identical rows of first usable slots."""
-    rows, group_of = np.unique(costs.slots, axis=0, return_inverse=True)
-    group_of = group_of.ravel()
+    rows, group_of = unique_rows(costs.slots)
     rank = np.empty(group_of.size, dtype=np.int64)
     rank[np.lexsort((np.arange(group_of.size), group_of))] = np.arange(group_of.size)
     # int16 keys let numpy's stable argsort use radix sort in the disaggregation
@@ -168,13 +167,40 @@ def _levels(costs: LayerCosts, chiplet: np.ndarray, slot: np.ndarray, groups: in
 def _bound(costs: LayerCosts, slots: np.ndarray, allowed: np.ndarray) -> Bound:
     tau = costs.token_time.astype(np.float64)
     earliest = np.where(allowed, costs.base + slots * tau, np.inf)  # earliest start per (group, chiplet)
-    members = np.unique(np.vstack((_later_starters(earliest), _contained(allowed))), axis=0)
-    starts = np.array([earliest[row > 0].min(axis=0) for row in members]).reshape(-1, slots.shape[1])
+    members, _ = unique_rows(np.vstack((_later_starters(earliest), _contained(allowed))))
+    starts = _member_min(members, earliest)
     by_start = np.argsort(starts, axis=1, kind="stable")
     inv = 1.0 / tau[by_start]  # > 0, so inf starts never meet inf - inf
     num = np.cumsum(np.take_along_axis(starts, by_start, axis=1) * inv, axis=1)
     single = (earliest + tau).min(axis=1, initial=np.inf)
     return Bound(members.astype(np.float64), num, np.cumsum(inv, axis=1), single)
+
+
+def unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(rows, axis=0, return_inverse=True)` (distinct rows in lexicographic order, and
+    each row's index among them) by one lexsort: several times faster on the small integer
+    matrices of a layer, which the evaluator's oracle rebuilds every micro-batch."""
+    order = np.lexsort(rows.T[::-1])  # the first column the most significant
+    ordered = rows[order]
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
+
+
+MEMBER_CHUNK = 1 << 20  # elements of the [rows, groups, chiplets] block `_member_min` takes at once (8 MiB)
+
+
+def _member_min(members: np.ndarray, earliest: np.ndarray) -> np.ndarray:
+    """[R, C] the earliest start on each chiplet over each row's member groups."""
+    groups, chiplets = earliest.shape
+    step = max(1, MEMBER_CHUNK // max(groups * chiplets, 1))
+    chunks = [
+        np.where(members[i : i + step, :, None] > 0, earliest[None], np.inf).min(axis=1)
+        for i in range(0, len(members), step)
+    ]
+    return np.concatenate(chunks) if chunks else np.zeros((0, chiplets))
 
 
 def _later_starters(earliest: np.ndarray) -> np.ndarray:
