@@ -261,22 +261,44 @@ def _slots(instance: Instance, steps: np.ndarray) -> int | None:
 
 def oracle_loads(instance: Instance, steps: np.ndarray) -> np.ndarray:
     """EPLB planned on each step's own counts, in place at once, optimally routed (whole tokens)."""
-    per_layer = _slots(instance, steps)
-    if per_layer is None:
-        raise ComoeError("the oracle needs the same slots per device and layer (EPLB's requirement)")
-    devices = instance.hardware.chiplets
-    groups, nodes = instance.model.expert_groups, instance.hardware.nodes
-    if steps.shape[2] % groups or groups % nodes:
-        groups = nodes = 1  # EPLB's global policy, as the `eplb` heuristic
-    device = np.arange(per_layer) // (per_layer // devices)
-    layers = steps.shape[1]
-    out = np.empty((steps.shape[0], layers, devices))
+    layout = _SlotLayout.of(instance, steps, "the oracle")
+    out = np.empty((steps.shape[0], steps.shape[1], layout.devices))
     for t in range(steps.shape[0]):
-        phy2log, _, _ = rebalance_experts(steps[t], per_layer, groups, nodes, devices)
-        resident = np.zeros((layers, steps.shape[2], devices), dtype=bool)
-        resident[np.arange(layers)[:, None], phy2log, device[None, :]] = True
-        out[t] = device_loads(steps[t : t + 1], resident, "flow")[0]
+        phy2log, _, _ = rebalance_experts(steps[t], *layout.eplb_args)
+        out[t] = device_loads(steps[t : t + 1], layout.resident(phy2log, steps.shape[2]), "flow")[0]
     return out
+
+
+@dataclass(frozen=True)
+class _SlotLayout:
+    """EPLB's call for an instance: slots per layer (the same on every device), expert groups and
+    nodes (EPLB's global policy where groups do not divide), and each slot's device."""
+
+    slots: int
+    groups: int
+    nodes: int
+    devices: int
+
+    @classmethod
+    def of(cls, instance: Instance, steps: np.ndarray, who: str) -> _SlotLayout:
+        slots = _slots(instance, steps)
+        if slots is None:
+            raise ComoeError(f"{who} needs the same slots per device and layer (EPLB's requirement)")
+        groups, nodes = instance.model.expert_groups, instance.hardware.nodes
+        if steps.shape[2] % groups or groups % nodes:
+            groups = nodes = 1  # EPLB's global policy, as the `eplb` heuristic
+        return cls(slots, groups, nodes, instance.hardware.chiplets)
+
+    @property
+    def eplb_args(self) -> tuple[int, int, int, int]:
+        return self.slots, self.groups, self.nodes, self.devices
+
+    def resident(self, phy2log: np.ndarray, experts: int) -> np.ndarray:
+        """[L, E, C] replica map of `phy2log` [L, slots]."""
+        device = np.arange(self.slots) // (self.slots // self.devices)
+        resident = np.zeros((phy2log.shape[0], experts, self.devices), dtype=bool)
+        resident[np.arange(phy2log.shape[0])[:, None], phy2log, device[None, :]] = True
+        return resident
 
 
 def hindsight_run(
@@ -640,33 +662,21 @@ def dropin_point(
     (the map in service as `previous`), scored under the routing its dispatch serves with."""
     from comoe_opt.residency.ep_balance import rebalance_experts as dropin  # the drop-in API
 
-    slots = _slots(instance, steps)
-    if slots is None:
-        raise ComoeError("the drop-in needs the same slots per device and layer")
-    devices = instance.hardware.chiplets
-    groups, nodes = instance.model.expert_groups, instance.hardware.nodes
-    if steps.shape[2] % groups or groups % nodes:
-        groups = nodes = 1
-    device = np.arange(slots) // (slots // devices)
-    layers, experts = steps.shape[1], steps.shape[2]
+    layout = _SlotLayout.of(instance, steps, "the drop-in")
     served, copies, previous, in_service = [], [], None, None
     for w, (start, stop) in enumerate(spans):
         begin, end = history_span(spans, w, instance.policy.history_windows)
         history = steps[begin:end].astype(np.float64)
         phy2log = dropin(
             history.sum(axis=0),
-            slots,
-            groups,
-            nodes,
-            devices,
+            *layout.eplb_args,
             history=history,
             previous=previous,
             dispatch=dispatch,
             move_cost=move_cost,
             moves=DROPIN_MOVES,
         )[0]
-        resident = np.zeros((layers, experts, devices), dtype=bool)
-        resident[np.arange(layers)[:, None], phy2log, device[None, :]] = True
+        resident = layout.resident(phy2log, steps.shape[2])
         copies.append(int((resident & ~in_service).sum()) if in_service is not None else 0)
         served.append(device_loads(steps[start:stop], resident, dispatch))
         previous, in_service = phy2log, resident
