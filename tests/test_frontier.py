@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 from conftest import small_table
+from test_compare import _instance  # compare's small instance: 12 slots for 8 experts
 
 from comoe_opt.evaluator.compare import (
     CompareSettings,
@@ -19,7 +20,6 @@ from comoe_opt.evaluator.compare import (
     peer_points,
     step_counts,
 )
-from comoe_opt.instance import instance_from_table
 from comoe_opt.trace import instance_batches
 
 
@@ -52,14 +52,6 @@ def test_peer_points_take_each_peers_best_routing() -> None:
     ]
     (only,) = peer_points({"rows": rows})
     assert (only.planner, only.routing, only.p95, only.copies) == ("eplb", "lp", 1.2, 7.0)
-
-
-def _instance():
-    table = small_table()
-    table["hardware"].update(capacity_gb=9)  # 3 slots per layer on each device: 12 for 8 experts
-    table["trace"].update(micro_batches=12)
-    table["policy"].update(window_batches=4, history_windows=1, all_resident=True, balance_scenarios=4)
-    return instance_from_table(table, "small.toml")
 
 
 def test_frontier_on_a_small_instance() -> None:
