@@ -7,7 +7,7 @@ what a placement changes and its time:
 
 * `milp` and `exact` as `solve` runs them (their own incumbent and bound);
 * `class LP` / `class MILP`: the class model's LP relaxation and the joint MILP
-  (residency/decompose.py), without and with the union and rigid cuts;
+  (residency/bounds/decompose.py), without and with the union and rigid cuts;
 * `Lagrangian`: L at the LP's prices (root) and after the subgradient steps (final).
 
 The class formulations' incumbent is the placement built from the class counts and searched, or
@@ -31,9 +31,9 @@ from machine import describe
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.anneal import anneal
-from comoe_opt.residency.decompose import Cuts, decompose
+from comoe_opt.residency.bounds.decompose import Cuts, decompose
 from comoe_opt.residency.objective import score
+from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import relative_gap
 from comoe_opt.trace import instance_batches

@@ -34,7 +34,7 @@ from machine import describe
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.check_bound import BoundCertificate, check_certificate, recompute
+from comoe_opt.residency.bounds.check_bound import BoundCertificate, check_certificate, recompute
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.trace import instance_batches
 
@@ -51,7 +51,7 @@ def window_problem(path: Path, window: int, overrides: dict | None = None) -> Re
 
 
 def run_window(path: Path, window: int, incumbent_limit: float, save: Path | None, overrides: dict) -> dict:
-    from comoe_opt.residency.decompose import class_lp_certificate
+    from comoe_opt.residency.bounds.decompose import class_lp_certificate
     from comoe_opt.residency.solve import solve
 
     t = time.perf_counter()

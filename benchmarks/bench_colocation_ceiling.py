@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
-from comoe_opt.residency.decompose import device_classes
+from comoe_opt.best_split.cut_condition import layer_makespans, related_speeds
+from comoe_opt.residency.bounds.decompose import device_classes
 from comoe_opt.residency.objective import score
-from comoe_opt.residency.scenarios import layer_makespans, related_speeds
 from comoe_opt.residency.solve import solve
 
 COLUMNS = ("floor", "class unions, own sets", "+ pairs", "+ busiest unions", "all", "exact")

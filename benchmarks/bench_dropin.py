@@ -9,7 +9,7 @@ Each balancer starts from the engines' initial layout and is given the map it pu
 an expert moved is a replica on a GPU that did not hold it.
 
 Balancers: EPLB (the project's port; upstream's own code is not part of the project), every
-engine port found in `comoe_opt.residency.engine_balancers` (if present), and ours for both
+engine port found in `comoe_opt.residency.heuristics.engines` (if present), and ours for both
 dispatches. Planning time is compared with upstream EPLB side by side when `--upstream-eplb`
 names DeepSeek's `eplb.py` (github.com/deepseek-ai/EPLB) and torch is installed, at GPT-OSS
 scale (the replay's inputs) and DeepSeek-V3 scale (../shared/eplb-reference's inputs, with a
@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 from machine import describe
 
-from comoe_opt.residency import dropin_search as ds
-from comoe_opt.residency.ep_balance import rebalance_experts
+from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin.rebalance import rebalance_experts
 from comoe_opt.trace import read_trace
 from comoe_opt.trace.batching import make_batches
 
@@ -102,7 +102,7 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
     if not with_engines:
         return plans, "engine ports not run (--no-engines)"
     try:
-        engines = importlib.import_module("comoe_opt.residency.engine_balancers")
+        engines = importlib.import_module("comoe_opt.residency.heuristics.engines")
     except ImportError:
         return plans, "no engine ports in the tree when this ran"
     for name, port in engines.ENGINE_BALANCERS.items():

@@ -29,16 +29,15 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
-from comoe_opt.residency.anneal import anneal
-from comoe_opt.residency.colocation import add_colocation
-from comoe_opt.residency.decompose import (
+from comoe_opt.residency.bounds.colocation import add_colocation
+from comoe_opt.residency.bounds.decompose import (
     ClassModel,
     Prices,
     class_lp_certificate,
     device_classes,
     lagrangian_value,
 )
-from comoe_opt.residency.group_bound import (
+from comoe_opt.residency.bounds.group_bound import (
     group_value,
     layer_problem,
     page_prices,
@@ -47,6 +46,7 @@ from comoe_opt.residency.group_bound import (
 )
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
-from comoe_opt.residency.decompose import Prices, class_lp_certificate, lagrangian_value
+from comoe_opt.residency.bounds.decompose import Prices, class_lp_certificate, lagrangian_value
 
 
 def main(argv: list[str] | None = None) -> int:

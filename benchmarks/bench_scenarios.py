@@ -24,11 +24,11 @@ from pathlib import Path
 import numpy as np
 from machine import describe
 
+from comoe_opt.best_split.cut_condition import layer_makespans, makespan_lp
 from comoe_opt.instance import Instance, load_instance, with_overrides
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
-from comoe_opt.residency.refine import refine
-from comoe_opt.residency.scenarios import layer_makespans, makespan_lp
+from comoe_opt.residency.search.refine import refine
 from comoe_opt.residency.solve import solve_heuristic
 from comoe_opt.stats.demand import window_demand
 from comoe_opt.trace import instance_batches

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from comoe_opt.errors import ComoeError, InputError
 
 if TYPE_CHECKING:
-    from comoe_opt.residency.ep_balance import rebalance_experts
+    from comoe_opt.balancers.dropin.rebalance import rebalance_experts
 
 __all__ = ["ComoeError", "InputError", "__version__", "rebalance_experts"]
 __version__ = "0.1.0"
@@ -21,7 +21,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "rebalance_experts":
-        from comoe_opt.residency.ep_balance import rebalance_experts
+        from comoe_opt.balancers.dropin.rebalance import rebalance_experts
 
         return rebalance_experts
     raise AttributeError(f"module 'comoe_opt' has no attribute {name!r}")

@@ -33,6 +33,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("docs",),
     ("trace",),
     ("stats",),
+    ("best_split",),
+    ("balancers",),
     ("residency", "mapping"),
     ("formats", "serving"),
     ("planning",),
@@ -42,7 +44,16 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 PEERS_APART = {("residency", "mapping"), ("mapping", "residency")}
 NO_SOLVER = ("trace", "stats")
-SOLVERS = ("pyomo", "highspy", "ortools", "comoe_opt.highs", "comoe_opt.residency", "comoe_opt.mapping")
+SOLVERS = (
+    "pyomo",
+    "highspy",
+    "ortools",
+    "comoe_opt.highs",
+    "comoe_opt.best_split",
+    "comoe_opt.balancers",
+    "comoe_opt.residency",
+    "comoe_opt.mapping",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -151,6 +162,20 @@ def test_layers_point_one_way(graph):
     assert layer_violations(graph) == []
 
 
+def test_balancers_and_the_best_split_never_import_the_slow_loop(graph):
+    """best_split < balancers < residency: the balancers see counts and slots, never a
+    `ResidencyProblem`, and the cut condition serves all three without knowing them."""
+    below = [m for m in graph if _top(m) in ("best_split", "balancers")]
+    assert below, "best_split/ and balancers/ hold modules"
+    upward = [
+        f"{m} -> {d}"
+        for m in below
+        for d in graph[m]
+        if _top(d) == "residency" or (_top(m) == "best_split" and _top(d) == "balancers")
+    ]
+    assert upward == []
+
+
 def test_nothing_imports_the_cli(graph):
     users = [m for m, deps in graph.items() if _top(m) != "cli" and any(_top(d) == "cli" for d in deps)]
     assert users == []
@@ -168,6 +193,8 @@ def test_the_checks_catch_violations():
     assert solver_imports(upward) == ["comoe_opt.trace.io -> pyomo.environ"]
     peers = {"comoe_opt.mapping.gap": {"comoe_opt.residency.placement"}}
     assert layer_violations(peers) == ["comoe_opt.mapping.gap -> comoe_opt.residency.placement"]
+    balancer = {"comoe_opt.balancers.eplb": {"comoe_opt.residency.problem"}}
+    assert layer_violations(balancer) == ["comoe_opt.balancers.eplb -> comoe_opt.residency.problem"]
 
 
 # ------------------------------------------------------- one planning path

@@ -19,14 +19,14 @@ from test_decompose import optimum, scenario_problem, small_problems
 
 from comoe_opt.instance import load_instance
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.check_bound import (
+from comoe_opt.residency.bounds.check_bound import (
     FAMILIES,
     BoundCertificate,
     CertificateError,
     check_certificate,
     recompute,
 )
-from comoe_opt.residency.decompose import (
+from comoe_opt.residency.bounds.decompose import (
     ClassModel,
     certificate_at,
     class_lp_bound,
@@ -290,7 +290,7 @@ def test_exact_lagrangian_at_the_certificates_prices_is_a_bound_above_the_lp(p):
     (HiGHS's ≤-row duals, ≤ 0): it must bound the brute-force optimum and, at the LP's own prices,
     be at least the LP bound (a wrong sign would price pages as a reward and break one or the other)."""
     from comoe_opt.deadline import Deadline
-    from comoe_opt.residency.milp import _Incumbent, _lagrangian, _Run
+    from comoe_opt.residency.exact.pipeline import _Incumbent, _lagrangian, _Run
 
     best = optimum(p)
     assume(np.isfinite(best))

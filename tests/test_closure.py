@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_bounds import brute_force, tiny_problems
 
-import comoe_opt.residency.scenarios as scenarios
-from comoe_opt.residency.closure import bottlenecks
-from comoe_opt.residency.cuts import cut_model_applies
+import comoe_opt.best_split.cut_condition as scenarios
+from comoe_opt.best_split.cut_condition import CutTable, masks_of
+from comoe_opt.best_split.min_cut import bottlenecks
+from comoe_opt.residency.exact.cut_model import cut_model_applies
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.objective import check_feasible, score
-from comoe_opt.residency.refine import refine
-from comoe_opt.residency.scenarios import CutTable, masks_of
+from comoe_opt.residency.search.refine import refine
 from comoe_opt.residency.solve import solve
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import assume, given, settings
 from test_decompose import optimum, scenario_problem, small_problems
 
-from comoe_opt.residency.colocation import add_colocation
-from comoe_opt.residency.decompose import ClassModel, Prices, device_classes
+from comoe_opt.residency.bounds.colocation import add_colocation
+from comoe_opt.residency.bounds.decompose import ClassModel, Prices, device_classes
 from comoe_opt.residency.problem import ResidencyProblem
 
 TOL = 1e-6

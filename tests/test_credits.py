@@ -17,7 +17,7 @@ from comoe_opt.evaluator.runs import evaluate_strategy
 from comoe_opt.evaluator.runtime import SampleLog, _Link, replay
 from comoe_opt.evaluator.strategies import strategy
 from comoe_opt.instance import instance_from_table, load_instance, with_overrides
-from comoe_opt.residency.assign import assign_replicas
+from comoe_opt.residency.heuristics.assign import assign_replicas
 from comoe_opt.residency.problem import residency_problem
 from comoe_opt.stats.demand import window_demand
 from comoe_opt.trace import instance_batches

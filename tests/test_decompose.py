@@ -17,9 +17,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_bounds import brute_force, with_scenarios
 
+from comoe_opt.best_split.cut_condition import CutTable, related_speeds
 from comoe_opt.errors import ComoeError
-from comoe_opt.residency.anneal import anneal
-from comoe_opt.residency.decompose import (
+from comoe_opt.residency.bounds.decompose import (
     Cuts,
     Prices,
     class_lp_bound,
@@ -31,7 +31,7 @@ from comoe_opt.residency.decompose import (
 from comoe_opt.residency.objective import check_feasible, scenario_layer, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
-from comoe_opt.residency.scenarios import CutTable, related_speeds
+from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
 
 TOL = 1e-6
@@ -345,7 +345,7 @@ def _some_placement(p: ResidencyProblem) -> Placement | None:
 def test_annealing_scores_kept_up_to_date_equal_a_fresh_score(p, seed):
     """The annealing's incremental value (two rows of the cut enumeration per move, NoP, misses
     and copies per expert) is the layer's objective computed afresh, after every move taken."""
-    from comoe_opt.residency.anneal import _Layer, _masks, _resident, _Scores
+    from comoe_opt.residency.search.anneal import _Layer, _masks, _resident, _Scores
 
     start = _some_placement(p)
     assume(start is not None)

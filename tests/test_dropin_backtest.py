@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import comoe_opt
-from comoe_opt.residency import dropin_backtest as bt
-from comoe_opt.residency.ep_balance import Report
+from comoe_opt.balancers.dropin import backtest as bt
+from comoe_opt.balancers.dropin.rebalance import Report
 
 STEPS, LAYERS, EXPERTS, SLOTS, GPUS = 64, 2, 8, 12, 4
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import comoe_opt
-from comoe_opt.residency import dropin_search as ds
-from comoe_opt.residency.ep_balance import RISK, ArgumentError
+from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin.rebalance import RISK, ArgumentError
 
 NO_LIMIT = 1e9  # seconds: these searches end by themselves (no improving move left)
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import comoe_opt
+from comoe_opt.balancers.dropin.rebalance import ArgumentError
 from comoe_opt.errors import ComoeError
-from comoe_opt.residency.ep_balance import ArgumentError
 
 ARGS = (16, 2, 1, 4)  # num_replicas, num_groups, num_nodes, num_gpus for 2 x 12 weights
 
@@ -156,7 +156,7 @@ def _one_line_value_error(exc: BaseException) -> None:
 
 
 def test_load_limit_is_the_count_files_limit():
+    from comoe_opt.balancers.dropin.rebalance import MAX_LOAD
     from comoe_opt.formats.counts import MAX_COUNT
-    from comoe_opt.residency.ep_balance import MAX_LOAD
 
     assert MAX_LOAD == MAX_COUNT

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import comoe_opt
-from comoe_opt.residency import dropin_search as ds
-from comoe_opt.residency import ep_balance
+from comoe_opt.balancers.dropin import rebalance as ep_balance
+from comoe_opt.balancers.dropin import search as ds
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import comoe_opt
-from comoe_opt.residency import dropin_search as ds
-from comoe_opt.residency.ep_balance import align_gpus, keep_in_place
+from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin.rebalance import align_gpus, keep_in_place
 
 NO_LIMIT = 1e9
 

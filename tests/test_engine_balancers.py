@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 from conftest import small_table
 
+from comoe_opt.balancers.eplb import rebalance_experts
 from comoe_opt.evaluator.runtime import replay
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
 from comoe_opt.planning.window import plan_window
-from comoe_opt.residency.engine_balancers import (
+from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.heuristics.engines import (
     ENGINE_BALANCERS,
     ascend_flashlb,
     ascend_swift,
@@ -29,13 +31,11 @@ from comoe_opt.residency.engine_balancers import (
     sglang_vec_hierarchical,
     vllm_default,
 )
-from comoe_opt.residency.eplb import rebalance_experts
-from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.trace import instance_batches
 
 DATA = Path(__file__).resolve().parent / "data"
-flashlb = importlib.import_module("comoe_opt.residency.engine_balancers.ascend_flashlb")
-swift = importlib.import_module("comoe_opt.residency.engine_balancers.ascend_swift")
+flashlb = importlib.import_module("comoe_opt.balancers.engines.ascend_flashlb")
+swift = importlib.import_module("comoe_opt.balancers.engines.ascend_swift")
 
 
 def _cases(engine: str) -> list[str]:
@@ -139,7 +139,7 @@ def test_sglang_vec_hierarchical_keeps_groups_on_nodes():
 
 
 def test_vllm_default_keeps_slots_within_a_gpu_by_hand():
-    keep = importlib.import_module("comoe_opt.residency.engine_balancers.vllm_default").keep_slots
+    keep = importlib.import_module("comoe_opt.balancers.engines.vllm_default").keep_slots
     # GPU 0 keeps 0 and 1 but swapped in the plan: they stay where they were; on GPU 1 expert 3
     # stays in slot 0 and the new expert 2 takes the slot expert 4 leaves
     out = keep(np.array([[0, 1, 2, 3]]), np.array([[1, 0, 3, 4]]), 2)
@@ -180,7 +180,7 @@ def test_flashlb_placement_where_no_gpu_can_take_a_replica_as_upstream():
 
 
 def test_engine_worker_refuses_two_copies_on_one_device():
-    guard = importlib.import_module("comoe_opt.residency.engine_balancers").ascend_worker_check
+    guard = importlib.import_module("comoe_opt.residency.heuristics.engines").ascend_worker_check
     old = np.array([[0, 1, 2, 3], [0, 1, 2, 3]])
     # layer 0: expert 2 twice on GPU 1 and expert 3 lost; layer 1: 3 and 1 trade GPUs, in place
     new = np.array([[1, 0, 2, 2], [0, 3, 2, 1]])

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from conftest import TRACES
 
-from comoe_opt.residency.engine_balancers.maps import maps_of
-from comoe_opt.residency.engine_balancers.vllm_default import vllm_default
-from comoe_opt.residency.eplb import balanced_packing, log2phy_of, rebalance_experts, replicate, slot_ranks
+from comoe_opt.balancers.engines.vllm_default import vllm_default
+from comoe_opt.balancers.eplb import balanced_packing, log2phy_of, rebalance_experts, replicate, slot_ranks
+from comoe_opt.balancers.maps import maps_of
 
 REFERENCE = TRACES.parent / "eplb-reference"
 CASES = json.loads((REFERENCE / "cases.json").read_text()) if (REFERENCE / "cases.json").exists() else []

@@ -15,16 +15,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_decompose import optimum, scenario_problem, small_problems
 
-from comoe_opt.residency.check_bound import CertificateError
-from comoe_opt.residency.check_group_bound import GroupCertificate, check_group_certificate
-from comoe_opt.residency.decompose import (
+from comoe_opt.residency.bounds.check_bound import CertificateError
+from comoe_opt.residency.bounds.check_group_bound import GroupCertificate, check_group_certificate
+from comoe_opt.residency.bounds.decompose import (
     Prices,
     class_lp_certificate,
     device_classes,
     lagrangian_value,
     stepped_lagrangian,
 )
-from comoe_opt.residency.group_bound import group_bound, scenario_groups
+from comoe_opt.residency.bounds.group_bound import group_bound, scenario_groups
 from comoe_opt.residency.problem import ResidencyProblem
 
 TOL = 1e-6
@@ -139,7 +139,7 @@ def test_the_pipeline_step_lifts_the_lagrangian_and_its_certificate_recomputes()
     # scenarios proves the optimum 16 / 3. `exact`'s step runs on tiny instances only when the full
     # model's polish leaves the gap open, so it is called here as `solve_milp` calls it
     from comoe_opt.deadline import Deadline
-    from comoe_opt.residency.milp import _group_bound, _Incumbent, _lagrangian, _Run
+    from comoe_opt.residency.exact.pipeline import _group_bound, _Incumbent, _lagrangian, _Run
     from comoe_opt.residency.solve import solve
 
     work = [[[4, 4, 0]], [[4, 0, 4]], [[0, 4, 4]]]

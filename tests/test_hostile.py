@@ -253,7 +253,7 @@ def test_a_milp_stopped_before_its_root_bound_reports_the_lp_bound(monkeypatch) 
     from comoe_opt.residency.solve import solve
     from comoe_opt.results import Status
 
-    solve_module = importlib.import_module("comoe_opt.residency.milp")  # the models' phases
+    solve_module = importlib.import_module("comoe_opt.residency.exact.pipeline")  # the models' phases
     real = solve_module.solve_with_highs
     calls = []
 

@@ -25,8 +25,8 @@ import pytest
 import tomli_w
 from conftest import ROOT, make_problem, small_table
 
-from comoe_opt.residency import models
-from comoe_opt.residency.models import build_full_model, set_full_start, set_start
+from comoe_opt.residency.exact import models
+from comoe_opt.residency.exact.models import build_full_model, set_full_start, set_start
 
 OVER = 1.0000000000000002  # what HiGHS returned for a share that is exactly 1
 

@@ -17,11 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import comoe_opt
+from comoe_opt.balancers.eplb import rebalance_experts as eplb_port
 from comoe_opt.errors import InputError
 from comoe_opt.formats import device_slots, launch_flags
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.eplb import rebalance_experts as eplb_port
 from comoe_opt.residency.heuristics import eplb
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import residency_problem

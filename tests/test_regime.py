@@ -12,12 +12,12 @@ from conftest import small_table
 from hypothesis import given
 from hypothesis import strategies as st
 
+from comoe_opt.best_split.shares import share_lp, solve_share_lp
 from comoe_opt.evaluator import fastmap
 from comoe_opt.evaluator.calibration import attention_for_share, calibrated, static_rest_ms
 from comoe_opt.evaluator.regime import ABLATIONS, AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
 from comoe_opt.evaluator.runs import distinct_runs, eval_run, evaluate_strategy, run_many
 from comoe_opt.instance import instance_from_table
-from comoe_opt.residency.shares import share_lp, solve_share_lp
 from comoe_opt.trace import instance_batches
 
 
@@ -249,7 +249,7 @@ def _rebalance_reference(problem, out, leased, previous):
 def test_vectorised_rebalance_is_the_loop(seed, experts, chiplets, with_previous):
     from types import SimpleNamespace
 
-    from comoe_opt.residency.assign import _rebalance
+    from comoe_opt.residency.heuristics.assign import _rebalance
 
     rng = np.random.default_rng(seed)
     out = np.zeros((experts, chiplets), dtype=bool)

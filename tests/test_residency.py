@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import load_instance
 from comoe_opt.planning import rolling_horizon
+from comoe_opt.residency.exact.models import build_replica_model
 from comoe_opt.residency.heuristics import HEURISTICS, warm_starts
-from comoe_opt.residency.models import build_replica_model
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import Tenant, residency_problem
@@ -281,7 +281,7 @@ def test_cli_solve_user_errors_are_one_line(tmp_path, capsys):
 
 
 def test_spare_pages_take_replicas_without_raising_the_objective():
-    from comoe_opt.residency.fill import fill_spare
+    from comoe_opt.residency.heuristics.fill import fill_spare
 
     # room for 6 pages, 3 experts: the optimum needs 3; the spare ones replicate the burstiest expert
     p = problem(miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3], tokens=[[9, 1, 1]])

@@ -12,18 +12,18 @@ from conftest import make_problem
 from hypothesis import given
 from hypothesis import strategies as st
 
-from comoe_opt.instance import load_instance, with_overrides
-from comoe_opt.residency.heuristics import warm_starts
-from comoe_opt.residency.objective import check_feasible, score
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
-from comoe_opt.residency.refine import refine
-from comoe_opt.residency.scenarios import (
+from comoe_opt.best_split.cut_condition import (
     enumerable,
     layer_makespans,
     makespan_lp,
     related_speeds,
 )
+from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.residency.heuristics import warm_starts
+from comoe_opt.residency.objective import check_feasible, score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
+from comoe_opt.residency.search.refine import refine
 from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import sample_scenarios, window_demand
 from comoe_opt.trace import instance_batches

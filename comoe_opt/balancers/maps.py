@@ -1,14 +1,14 @@
 """The EPLB-style maps every engine port returns, and the layout an engine starts from.
 
 The slot check every engine shares (`check_slots`) and the log2phy scatter live in
-`residency/eplb.py`, which this module builds on (eplb cannot import this package: the package
+`balancers/eplb.py`, which this module builds on (eplb cannot import this package: the package
 imports the vLLM port, which imports eplb)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.eplb import log2phy_of, slot_ranks
+from comoe_opt.balancers.eplb import log2phy_of, slot_ranks
 
 
 def maps_of(

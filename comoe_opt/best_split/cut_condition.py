@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.residency.closure import bottlenecks
-from comoe_opt.residency.shares import share_lp
+from comoe_opt.best_split.min_cut import bottlenecks
+from comoe_opt.best_split.shares import share_lp
 
 MAX_ENUMERATED_CHIPLETS = 12
 MAX_MASK_CHIPLETS = 62  # chiplet sets are int64 bit masks

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from comoe_opt.evaluator.strategies import STRATEGIES as EVALUATOR_STRATEGIES
 from comoe_opt.formats.engines import ENGINE_FORMATS
-from comoe_opt.residency import engine_balancers
 from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.heuristics import engines as engine_balancers
 
-# the models; the heuristics declare themselves (residency/heuristics.py, imported without Pyomo)
+# the models; the heuristics declare themselves (residency/heuristics/__init__.py, imported without Pyomo)
 MODEL_METHODS: dict[str, str] = {
     "milp": "replica-count MILP (HiGHS) from the best heuristic, placed and refined: proven bound",
     "exact": "milp, then the exact scenario model by row generation: a proven gap on the scenario objective",

@@ -10,7 +10,7 @@ serves under three routings:
   vLLM-Ascend), as the evaluator's even split;
 * `lp` — SGLang's `lp` dispatch (DeepSeek's LPLB): the LP that minimises the largest device load
   with fractional tokens, whose optimum is the cut condition over device sets
-  (`residency.scenarios`);
+  (`best_split.cut_condition`);
 * `flow` — our min-cost flow, whole tokens: its makespan is the LP's optimum rounded up
   (tests/test_compare.py checks this against the flow and HiGHS on random cases).
 
@@ -32,17 +32,17 @@ from typing import Any
 
 import numpy as np
 
+from comoe_opt.balancers.eplb import rebalance_experts
+from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.planning.rolling import Leases, keeps_leases, reproducible_limit
 from comoe_opt.planning.window import plan_window
-from comoe_opt.residency.engine_balancers import ENGINES
-from comoe_opt.residency.eplb import rebalance_experts
 from comoe_opt.residency.heuristics import eplb_slots
+from comoe_opt.residency.heuristics.engines import ENGINES
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
-from comoe_opt.residency.scenarios import layer_makespans
 from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
@@ -58,7 +58,7 @@ class CompareSettings:
     peers: tuple[str, ...] = PEERS
     steps: int = 0  # the first N steps (0 = all)
     # `exact` per served window, planned on its own steps: seconds, or None for the work limits
-    # of an evaluation (residency/schedule.py), so that the numbers do not depend on the machine
+    # of an evaluation (residency/exact/schedule.py), so that the numbers do not depend on the machine
     hindsight_limit_s: float | None = None
     bound_windows: int = 8  # windows the milp bound is computed on, spread evenly
     bound_limit_s: float | None = None  # `milp`'s bound: seconds, or None for work limits
@@ -532,7 +532,7 @@ def _pyplot() -> Any:
 # free copies (0) to five times the planner's own default (1.0); the instance's own value is added.
 MIGRATION_WEIGHTS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 5.0)
 # the drop-in's move_cost values swept (per-step max/mean per moved expert): free, and 1/4x-8x its
-# default of 0.002 (residency/ep_balance.py MOVE_COST)
+# default of 0.002 (balancers/dropin/rebalance.py MOVE_COST)
 MOVE_COSTS = (0.0, 0.0005, 0.002, 0.008, 0.016)
 # moves the drop-in scores per layer and call: a work limit in place of its time budget, so that the
 # frontier is the same on any machine and load (a pass over 136 slots scores ~18,500 moves)
@@ -660,7 +660,7 @@ def dropin_point(
 ) -> FrontierPoint:
     """The drop-in `rebalance_experts` re-planning each window on its history as compare's peers do
     (the map in service as `previous`), scored under the routing its dispatch serves with."""
-    from comoe_opt.residency.ep_balance import rebalance_experts as dropin  # the drop-in API
+    from comoe_opt.balancers.dropin.rebalance import rebalance_experts as dropin  # the drop-in API
 
     layout = _SlotLayout.of(instance, steps, "the drop-in")
     served, copies, previous, in_service = [], [], None, None

@@ -12,7 +12,7 @@ from typing import Literal
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
-from comoe_opt.residency.engine_balancers import ENGINES
+from comoe_opt.residency.heuristics.engines import ENGINES
 from comoe_opt.residency.problem import TERMS
 
 
@@ -186,7 +186,7 @@ STRATEGIES: dict[str, Strategy] = {
     ),
 }
 
-# the balancers engines ship (residency/engine_balancers): each with the engines' even split and
+# the balancers engines ship (balancers/engines): each with the engines' even split and
 # with the min-cost flow, as EPLB's two rows
 for _name, _engine in ENGINES.items():
     _label, _whose = _engine.label, _engine.whose

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from comoe_opt.residency import engine_balancers  # noqa: F401  (registers the engines' balancers as heuristics)
+from comoe_opt.residency.heuristics import engines as engine_balancers  # noqa: F401  (registers the engines' balancers as heuristics)
 
 _WHERE = {
     "Placement": "comoe_opt.residency.placement",

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.best_split.cut_condition import layer_makespans
+from comoe_opt.best_split.shares import share_lp
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import layer_makespans
-from comoe_opt.residency.shares import share_lp
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from comoe_opt.residency.check_bound import BoundCertificate
-from comoe_opt.residency.check_group_bound import GroupCertificate
+from comoe_opt.residency.bounds.check_bound import BoundCertificate
+from comoe_opt.residency.bounds.check_group_bound import GroupCertificate
 from comoe_opt.residency.objective import ObjectiveTerms
 from comoe_opt.residency.placement import Placement
 from comoe_opt.results import SolveResult, Timing

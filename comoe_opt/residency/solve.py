@@ -1,9 +1,9 @@
 """Solve a slow-loop window with any method; every method returns a `SolveResult` whose report
 is its family's `ResidencyReport` (residency/report.py).
 
-* heuristics (`static`, `hot`, `eplb`, `greedy`, ...: residency/heuristics.py): a placement,
+* heuristics (`static`, `hot`, `eplb`, `greedy`, ...: residency/heuristics/__init__.py): a placement,
   scored by the exact objective; no bound (`no_solution` when it breaks a constraint).
-* `milp`, `exact`, `full`, `lp`: the models (residency/milp.py), imported only when one is asked
+* `milp`, `exact`, `full`, `lp`: the models (residency/exact/pipeline.py), imported only when one is asked
   for, so that a heuristic, an export or a replay does not load Pyomo and HiGHS.
 
 Gaps are signed and measured on the part of the objective a placement changes
@@ -13,8 +13,8 @@ Gaps are signed and measured on the part of the objective a placement changes
 from __future__ import annotations
 
 from comoe_opt.deadline import Deadline
-from comoe_opt.residency.heuristic_solve import solve_heuristic
 from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.heuristics.solve import solve_heuristic
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
 
@@ -39,7 +39,7 @@ def solve(
         return solve_heuristic(problem, method, deadline)
     if method not in MODEL_METHODS:
         raise ValueError(f"unknown method {method!r} (known: {', '.join(RESIDENCY_METHODS)})")
-    from comoe_opt.residency import milp  # the MILP stack, loaded when a model is asked for
+    from comoe_opt.residency.exact import pipeline as milp  # the MILP stack, loaded when a model is asked for
 
     if method in ("milp", "exact"):
         return milp.solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=method == "exact")

@@ -9,7 +9,7 @@ Per logical expert (l, e), over the micro-batches of a window:
   would already have asked for the page (see `comoe_opt.stats.prefetch`);
 * `scenario_tokens[s, l, e]` — with `policy.balance_scenarios > 0`, the
   selections of (l, e) in each of S micro-batches sampled evenly from the
-  window: the balance scenarios (see `comoe_opt.residency.scenarios`);
+  window: the balance scenarios (see `comoe_opt.best_split.cut_condition`);
 * `load_counts[l, e]` — the selections λ was computed from, unscaled (summed
   over the window's micro-batches or a dump's steps): what an engine gives
   EPLB, so `eplb` plans on them (λ rounds differently in float32, which

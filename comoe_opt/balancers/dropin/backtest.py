@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.residency import dropin_search as search
+from comoe_opt.balancers.dropin import search
 
 HELD_BACK = 4  # the newest 1/4 of the history is held back: the replay's plan serves 1/4 of its history
 MIN_STEPS = 8  # fewer steps: no backtest (each side would hold too few steps to rank anything)

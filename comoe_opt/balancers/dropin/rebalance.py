@@ -40,14 +40,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from comoe_opt.balancers.dropin import backtest, search
+from comoe_opt.balancers.dropin.backtest import Backtest
+from comoe_opt.balancers.eplb import _check_shape
+from comoe_opt.balancers.eplb import rebalance_experts as eplb_rebalance
+from comoe_opt.balancers.maps import maps_of
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
-from comoe_opt.residency import dropin_backtest as backtest
-from comoe_opt.residency import dropin_search as search
-from comoe_opt.residency.dropin_backtest import Backtest
-from comoe_opt.residency.engine_balancers.maps import maps_of
-from comoe_opt.residency.eplb import _check_shape
-from comoe_opt.residency.eplb import rebalance_experts as eplb_rebalance
 
 METHODS = ("comoe", "eplb")
 DISPATCHES = ("even", "lp")

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.residency.scenarios import MAX_ENUMERATED_CHIPLETS
+from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS
 
 CANDIDATES = 96  # moves scored per layer and iteration
 SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
@@ -204,14 +204,14 @@ def lp_makespans(resident: np.ndarray, w: np.ndarray) -> np.ndarray:
     gpus = resident.shape[1]
     if gpus <= MAX_ENUMERATED_CHIPLETS:
         return _enumerated(_masks(resident), w, gpus)[0]
-    from comoe_opt.residency.closure import bottlenecks  # min cut: OR-Tools, loaded only here
+    from comoe_opt.best_split.min_cut import bottlenecks  # min cut: OR-Tools, loaded only here
 
     return bottlenecks(w, resident, np.ones(gpus))[0]
 
 
 def lp_bottlenecks(resident: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """([S] best-split makespans, [S] bottleneck GPU sets as bit masks) by min cut (closure.py)."""
-    from comoe_opt.residency.closure import bottlenecks
+    from comoe_opt.best_split.min_cut import bottlenecks
 
     spans, masks = bottlenecks(w, resident, np.ones(resident.shape[1]))
     return spans, np.asarray(masks.astype(np.int64))

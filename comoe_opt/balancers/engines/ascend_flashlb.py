@@ -41,8 +41,8 @@ import math
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import map_in_service, maps_of
-from comoe_opt.residency.eplb import check_slots
+from comoe_opt.balancers.eplb import check_slots
+from comoe_opt.balancers.maps import map_in_service, maps_of
 
 Z_SCORE = 0.6744897501960817  # upstream's stats.norm.ppf(0.75)
 DEPTH = 4

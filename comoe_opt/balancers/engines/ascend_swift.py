@@ -35,8 +35,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import map_in_service, maps_of
-from comoe_opt.residency.eplb import check_slots
+from comoe_opt.balancers.eplb import check_slots
+from comoe_opt.balancers.maps import map_in_service, maps_of
 
 IMBALANCE_THRESHOLD = 1.01  # layers more balanced than this are left alone
 SWAP_SHARE = 0.01  # a swap must lower the largest load by this share of the mean GPU load

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.eplb import balanced_packing, check_slots, inverse, log2phy_of, slot_ranks
+from comoe_opt.balancers.eplb import balanced_packing, check_slots, inverse, log2phy_of, slot_ranks
 
 TIE_BREAK = np.float32(1e-4)  # upstream's per-expert offset, so that no two step loads are equal
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.maps import maps_of
-from comoe_opt.residency.eplb import check_slots, check_weight, hierarchical
+from comoe_opt.balancers.eplb import check_slots, check_weight, hierarchical
+from comoe_opt.balancers.maps import maps_of
 
 
 def vllm_default(

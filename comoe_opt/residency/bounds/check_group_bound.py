@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from comoe_opt.residency.check_bound import CertificateError, _speeds
+from comoe_opt.residency.bounds.check_bound import CertificateError, _speeds
 from comoe_opt.residency.problem import ResidencyProblem
 
 KIND = "comoe-opt scenario-group bound certificate"

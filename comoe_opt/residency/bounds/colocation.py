@@ -31,7 +31,7 @@ import itertools
 import numpy as np
 
 from comoe_opt.highs import INF
-from comoe_opt.residency.decompose import ClassModel, DeviceClasses
+from comoe_opt.residency.bounds.decompose import ClassModel, DeviceClasses
 
 
 def applies(classes: DeviceClasses) -> bool:

@@ -66,15 +66,15 @@ from dataclasses import dataclass, field
 import highspy
 import numpy as np
 
+from comoe_opt.best_split.cut_condition import related_speeds
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import INF, DirectModel, HighsOutcome
-from comoe_opt.residency.anneal import anneal
-from comoe_opt.residency.check_bound import BoundCertificate, certificate_facts
+from comoe_opt.residency.bounds.check_bound import BoundCertificate, certificate_facts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.refine import refine
-from comoe_opt.residency.scenarios import related_speeds
+from comoe_opt.residency.search.anneal import anneal
+from comoe_opt.residency.search.refine import refine
 from comoe_opt.results import Status
 
 MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them

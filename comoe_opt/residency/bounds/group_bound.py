@@ -34,15 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.best_split.cut_condition import masks_of
 from comoe_opt.deadline import Deadline
-from comoe_opt.residency.check_group_bound import GroupCertificate
-from comoe_opt.residency.cuts import solve_with_cuts
-from comoe_opt.residency.decompose import DeviceClasses, Prices, device_classes
-from comoe_opt.residency.group_cpsat import solve_group_cpsat
+from comoe_opt.residency.bounds.check_group_bound import GroupCertificate
+from comoe_opt.residency.bounds.decompose import DeviceClasses, Prices, device_classes
+from comoe_opt.residency.bounds.group_cpsat import solve_group_cpsat
+from comoe_opt.residency.exact.cut_model import solve_with_cuts
 from comoe_opt.residency.objective import scenario_layer
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
-from comoe_opt.residency.scenarios import masks_of
 from comoe_opt.results import Status
 
 GROUP_GAP = 1e-4  # relative gap at which a group's cut rounds stop (its bound is what counts)

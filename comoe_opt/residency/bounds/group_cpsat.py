@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from comoe_opt.best_split.cut_condition import CutTable, related_speeds
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import CutTable, related_speeds
 
 SCALE_DIGITS = 1e7  # the objective's scale: its largest term maps to about this many integer units
 

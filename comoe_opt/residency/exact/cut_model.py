@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from comoe_opt.best_split import cut_condition as scenarios
+from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, masks_of, related_speeds
+from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import INF, DirectModel
-from comoe_opt.residency import scenarios
-from comoe_opt.residency.closure import bottlenecks
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import CutTable, cut_condition_applies, masks_of, related_speeds
 from comoe_opt.results import Status, relative_gap
 
 CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pyomo.environ as pyo
 
+from comoe_opt.best_split.shares import share_lp
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.shares import share_lp
 
 
 def useful_replicas(problem: ResidencyProblem) -> np.ndarray:

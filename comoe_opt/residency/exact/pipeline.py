@@ -28,17 +28,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyomo.environ as pyo
 
+from comoe_opt.best_split.cut_condition import enumerable
 from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
-from comoe_opt.residency.anneal import anneal
-from comoe_opt.residency.assign import assign_replicas
-from comoe_opt.residency.check_bound import BoundCertificate
-from comoe_opt.residency.cuts import ExactOutcome, cut_model_applies, solve_with_cuts
-from comoe_opt.residency.fill import fill_spare
-from comoe_opt.residency.heuristic_solve import heuristic_result as _heuristic
-from comoe_opt.residency.heuristics import warm_starts
-from comoe_opt.residency.models import (
+from comoe_opt.residency.bounds.check_bound import BoundCertificate
+from comoe_opt.residency.exact.cut_model import ExactOutcome, cut_model_applies, solve_with_cuts
+from comoe_opt.residency.exact.models import (
     build_full_model,
     build_replica_model,
     full_model_placement,
@@ -46,13 +42,7 @@ from comoe_opt.residency.models import (
     set_full_start,
     set_replica_counts,
 )
-from comoe_opt.residency.objective import ObjectiveTerms, check_feasible, score
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.refine import refine
-from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
-from comoe_opt.residency.scenarios import enumerable
-from comoe_opt.residency.schedule import (
+from comoe_opt.residency.exact.schedule import (
     ANNEAL_PROPOSALS,
     POLISH_NODES,
     POLISH_ROWS,
@@ -60,11 +50,21 @@ from comoe_opt.residency.schedule import (
     share,
     work_limited,
 )
+from comoe_opt.residency.heuristics import warm_starts
+from comoe_opt.residency.heuristics.assign import assign_replicas
+from comoe_opt.residency.heuristics.fill import fill_spare
+from comoe_opt.residency.heuristics.solve import heuristic_result as _heuristic
+from comoe_opt.residency.objective import ObjectiveTerms, check_feasible, score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
+from comoe_opt.residency.search.anneal import anneal
+from comoe_opt.residency.search.refine import refine
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
 
 if TYPE_CHECKING:  # imported where used: only with balance scenarios
-    from comoe_opt.residency.decompose import LagrangianValue
-    from comoe_opt.residency.group_bound import GroupBound
+    from comoe_opt.residency.bounds.decompose import LagrangianValue
+    from comoe_opt.residency.bounds.group_bound import GroupBound
 
 
 def solve_milp(
@@ -281,7 +281,7 @@ def _class_bound(run: _Run) -> None:
     if deadline.expired():
         deadline.skip("class_bound")
         return
-    from comoe_opt.residency.decompose import class_lp_certificate  # only with balance scenarios
+    from comoe_opt.residency.bounds.decompose import class_lp_certificate  # only with balance scenarios
 
     with deadline.phase("class_bound"):
         run.certificate = class_lp_certificate(problem, time_limit_s=deadline.remaining())
@@ -354,7 +354,7 @@ def _lagrangian(run: _Run) -> None:
     if deadline.expired():
         deadline.skip("lagrangian")
         return
-    from comoe_opt.residency.decompose import MIN_LAYER_S, Prices, lagrangian_value, stepped_lagrangian
+    from comoe_opt.residency.bounds.decompose import MIN_LAYER_S, Prices, lagrangian_value, stepped_lagrangian
 
     left = deadline.remaining()
     # every layer's MILP gets at least MIN_LAYER_S: with less than that for all of them left, the
@@ -393,7 +393,7 @@ def _group_bound(run: _Run) -> None:
     if deadline.expired():
         deadline.skip("group_bound")
         return
-    from comoe_opt.residency.group_bound import pipeline_group_bound
+    from comoe_opt.residency.bounds.group_bound import pipeline_group_bound
 
     stop_at = time.perf_counter() + share("group_bound", run.exact) * deadline.remaining()
     with deadline.phase("group_bound"):

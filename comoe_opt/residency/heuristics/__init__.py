@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.residency.assign import assign_replicas
-from comoe_opt.residency.eplb import rebalance_experts
-from comoe_opt.residency.fill import fill_spare
+from comoe_opt.balancers.eplb import rebalance_experts
+from comoe_opt.residency.heuristics.assign import assign_replicas
+from comoe_opt.residency.heuristics.fill import fill_spare
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 

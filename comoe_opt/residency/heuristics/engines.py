@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.residency.engine_balancers.ascend_flashlb import ascend_flashlb
-from comoe_opt.residency.engine_balancers.ascend_swift import ascend_swift
-from comoe_opt.residency.engine_balancers.sglang_vec import sglang_vec, sglang_vec_hierarchical
-from comoe_opt.residency.engine_balancers.vllm_default import vllm_default
+from comoe_opt.balancers.engines.ascend_flashlb import ascend_flashlb
+from comoe_opt.balancers.engines.ascend_swift import ascend_swift
+from comoe_opt.balancers.engines.sglang_vec import sglang_vec, sglang_vec_hierarchical
+from comoe_opt.balancers.engines.vllm_default import vllm_default
 from comoe_opt.residency.heuristics import eplb_distinct, eplb_slots, heuristic
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem

@@ -1,4 +1,4 @@
-"""A heuristic's result: its placement scored by the exact objective (residency/heuristics.py
+"""A heuristic's result: its placement scored by the exact objective (residency/heuristics/__init__.py
 plans, this module times and scores). Shared by `solve` and the models' warm start."""
 
 from __future__ import annotations

@@ -29,11 +29,11 @@ import time
 
 import numpy as np
 
+from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, related_speeds
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.objective import nearest_nop
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import CutTable, enumerable, masks_of, related_speeds
 
 
 def anneal(

@@ -27,17 +27,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.deadline import Deadline
-from comoe_opt.residency.closure import bottlenecks
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.scenarios import (
+from comoe_opt.best_split.cut_condition import (
     CutTable,
     cut_condition_applies,
     enumerable,
     masks_of,
     related_speeds,
 )
+from comoe_opt.best_split.min_cut import bottlenecks
+from comoe_opt.deadline import Deadline
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
 
 POOL_ROUNDS = 4  # beyond enumerable chiplet counts: exact checks (and pool growth) per layer search
 

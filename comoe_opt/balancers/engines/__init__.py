@@ -1,0 +1,1 @@
+"""The balancers serving engines ship today, ported from their published sources."""
