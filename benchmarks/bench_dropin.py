@@ -9,7 +9,7 @@ Each balancer starts from the engines' initial layout and is given the map it pu
 an expert moved is a replica on a GPU that did not hold it.
 
 Balancers: EPLB (the project's port; upstream's own code is not part of the project), every
-engine port found in `comoe_opt.residency.heuristics.engines` (if present), and ours for both
+engine port found in `comoe_opt.balancers.engines` (if present), and ours for both
 dispatches. Planning time is compared with upstream EPLB side by side when `--upstream-eplb`
 names DeepSeek's `eplb.py` (github.com/deepseek-ai/EPLB) and torch is installed, at GPT-OSS
 scale (the replay's inputs) and DeepSeek-V3 scale (../shared/eplb-reference's inputs, with a
@@ -102,7 +102,7 @@ def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
     if not with_engines:
         return plans, "engine ports not run (--no-engines)"
     try:
-        engines = importlib.import_module("comoe_opt.residency.heuristics.engines")
+        engines = importlib.import_module("comoe_opt.balancers.engines")
     except ImportError:
         return plans, "no engine ports in the tree when this ran"
     for name, port in engines.ENGINE_BALANCERS.items():

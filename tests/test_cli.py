@@ -221,7 +221,7 @@ def test_help_names_are_the_librarys() -> None:
     from comoe_opt.evaluator.strategies import STRATEGIES, TABLE4
     from comoe_opt.residency import RESIDENCY_METHODS
 
-    assert tuple(choices.RESIDENCY_METHODS) == RESIDENCY_METHODS
+    assert tuple(choices.RESIDENCY_METHODS) == tuple(RESIDENCY_METHODS)
     assert tuple(choices.STRATEGIES) == tuple(STRATEGIES)
     assert all(choices.STRATEGIES.values())  # every strategy describes itself where it is defined
     assert all(choices.RESIDENCY_METHODS.values())

@@ -159,7 +159,7 @@ def test_cli_compare_on_a_dump_and_user_errors(tmp_path, write_toml, cli):
 
 def test_cli_lists_the_library_peers():
     from comoe_opt.cli.choices import COMPARE_PEERS
-    from comoe_opt.evaluator.compare import PEERS as LIBRARY_PEERS
+    from comoe_opt.evaluator.compare import COMPARE_PEERS as LIBRARY_PEERS
 
     assert COMPARE_PEERS == LIBRARY_PEERS
 

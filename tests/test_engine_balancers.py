@@ -17,13 +17,7 @@ import numpy as np
 import pytest
 from conftest import small_table
 
-from comoe_opt.balancers.eplb import rebalance_experts
-from comoe_opt.evaluator.runtime import replay
-from comoe_opt.evaluator.strategies import STRATEGIES
-from comoe_opt.instance import instance_from_table
-from comoe_opt.planning.window import plan_window
-from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.heuristics.engines import (
+from comoe_opt.balancers.engines import (
     ENGINE_BALANCERS,
     ascend_flashlb,
     ascend_swift,
@@ -31,6 +25,12 @@ from comoe_opt.residency.heuristics.engines import (
     sglang_vec_hierarchical,
     vllm_default,
 )
+from comoe_opt.balancers.eplb import rebalance_experts
+from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.strategies import STRATEGIES
+from comoe_opt.instance import instance_from_table
+from comoe_opt.planning.window import plan_window
+from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.trace import instance_batches
 
 DATA = Path(__file__).resolve().parent / "data"

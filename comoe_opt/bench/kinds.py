@@ -95,7 +95,7 @@ def run_evaluate(spec: RunSpec) -> Metrics:
 RUN_KINDS: dict[str, RunKind] = {
     "slow-loop": RunKind(
         run_slow_loop,
-        RESIDENCY_METHODS,
+        tuple(RESIDENCY_METHODS),
         "objective",
         ("objective", "gap_to_best_bound", "runtime_s"),
         windows=True,

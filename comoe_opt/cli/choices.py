@@ -7,29 +7,19 @@ tests/test_cli.py checks that these names are exactly the library's.
 
 from __future__ import annotations
 
+from comoe_opt.evaluator.strategies import COMPARE_PEERS
 from comoe_opt.evaluator.strategies import STRATEGIES as EVALUATOR_STRATEGIES
 from comoe_opt.formats.engines import ENGINE_FORMATS
-from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.heuristics import engines as engine_balancers
+from comoe_opt.residency import MODEL_METHODS, RESIDENCY_METHODS
 
-# the models; the heuristics declare themselves (residency/heuristics/__init__.py, imported without Pyomo)
-MODEL_METHODS: dict[str, str] = {
-    "milp": "replica-count MILP (HiGHS) from the best heuristic, placed and refined: proven bound",
-    "exact": "milp, then the exact scenario model by row generation: a proven gap on the scenario objective",
-    "full": "plain MILP over every (layer, expert, chiplet): exact, for small instances",
-    "lp": "LP relaxation bound of the replica-count model only (no placement)",
-}
-RESIDENCY_METHODS: dict[str, str] = {
-    **MODEL_METHODS,
-    **{name: f"heuristic: {h.description}" for name, h in HEURISTICS.items()},
-}
+# the slow loop's methods with what each does: defined with the models and the heuristics' registry
+# (comoe_opt.residency, imported without Pyomo)
+__all__ = ["COMPARE_PEERS", "MODEL_METHODS", "RESIDENCY_METHODS"]
 
 STRATEGIES: dict[str, str] = {name: s.description for name, s in EVALUATOR_STRATEGIES.items()}
 
-ENGINES = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
+EXPORT_FORMATS = tuple(ENGINE_FORMATS)  # `solve --export` formats: formats/engines.py's registry
 
-# `comoe-opt compare` (evaluator/compare.py: PEERS): EPLB, the engines' balancers (their registry), CoMoE
-COMPARE_PEERS = ("eplb", *engine_balancers.ENGINES, "comoe")
 
 DEFAULT_STRATEGIES = ("static", "hot", "transition", "comoe", "eplb")  # paper Table 4 and EPLB
 

@@ -34,9 +34,9 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
             model_layers=model.hidden_layers,
         )
     peers = tuple(args.peers.split(","))
-    unknown = sorted(set(peers) - set(cmp.PEERS))
+    unknown = sorted(set(peers) - set(cmp.COMPARE_PEERS))
     if unknown:
-        raise ComoeError(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(cmp.PEERS)})")
+        raise ComoeError(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(cmp.COMPARE_PEERS)})")
     if args.hindsight_limit is not None and not args.hindsight_limit > 0:
         raise ComoeError(f"--hindsight-limit must be positive, got {args.hindsight_limit}")
     settings = cmp.CompareSettings(

@@ -18,7 +18,7 @@ from comoe_opt.cli.choices import (
     DEFAULT_PAPER_INSTANCE,
     DEFAULT_REGIME_INSTANCE,
     DEFAULT_STRATEGIES,
-    ENGINES,
+    EXPORT_FORMATS,
     PAPER_SWEEP_BATCHES,
     PAPER_TABLE5_BATCHES,
     RESIDENCY_METHODS,
@@ -142,7 +142,7 @@ def _solve(verbs: Any) -> None:
     sub.add_argument("-o", "--output", type=Path, help="write the placement (our JSON, or --export format)")
     sub.add_argument(
         "--export",
-        choices=ENGINES,
+        choices=EXPORT_FORMATS,
         help="write the placement for a serving engine (see docs/placement-format.md)",
     )
     serving_flags(sub, redundant=True)

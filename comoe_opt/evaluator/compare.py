@@ -35,11 +35,11 @@ import numpy as np
 from comoe_opt.balancers.eplb import rebalance_experts
 from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.errors import ComoeError
+from comoe_opt.evaluator.strategies import COMPARE_PEERS
 from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.planning.rolling import Leases, keeps_leases, reproducible_limit
 from comoe_opt.planning.window import plan_window
 from comoe_opt.residency.heuristics import eplb_slots
-from comoe_opt.residency.heuristics.engines import ENGINES
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
@@ -47,7 +47,6 @@ from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
-PEERS = ("eplb", *ENGINES, "comoe")
 ROUTINGS = ("even", "lp", "flow")
 METHOD = {"comoe": "milp"}  # a peer's slow-loop method, where it differs from its name
 ENGINE_TERMS = TERMS - {"prefetch"}  # only CoMoE plans with what prefetch hides, as in evaluate
@@ -55,7 +54,7 @@ ENGINE_TERMS = TERMS - {"prefetch"}  # only CoMoE plans with what prefetch hides
 
 @dataclass(frozen=True)
 class CompareSettings:
-    peers: tuple[str, ...] = PEERS
+    peers: tuple[str, ...] = COMPARE_PEERS
     steps: int = 0  # the first N steps (0 = all)
     # `exact` per served window, planned on its own steps: seconds, or None for the work limits
     # of an evaluation (residency/exact/schedule.py), so that the numbers do not depend on the machine

@@ -10,9 +10,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from comoe_opt.balancers.engines import ENGINES
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
-from comoe_opt.residency.heuristics.engines import ENGINES
 from comoe_opt.residency.problem import TERMS
 
 
@@ -206,7 +206,9 @@ for _name, _engine in ENGINES.items():
     )
 
 TABLE4 = ("static", "hot", "transition", "comoe")
-PEERS = ("eplb", "eplb-flow", "oracle", "comoe")  # the fair comparison: EPLB twice, the limit, CoMoE
+FAIR_COMPARISON = ("eplb", "eplb-flow", "oracle", "comoe")  # EPLB twice, the limit, CoMoE
+# `comoe-opt compare`'s balancers (evaluator/compare.py): EPLB, the engines' (their registry), CoMoE
+COMPARE_PEERS = ("eplb", *ENGINES, "comoe")
 TABLE5 = ("comoe", "no-transitions", "no-replicas", "no-congestion", "no-credits", "single-scale")
 
 

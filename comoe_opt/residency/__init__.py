@@ -10,18 +10,33 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from comoe_opt.residency.heuristics import engines as engine_balancers  # noqa: F401  (registers the engines' balancers as heuristics)
+from comoe_opt.residency.exact import MODEL_METHODS
+from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.heuristics import engines as _engines  # noqa: F401  (registers the engines' balancers as heuristics)
+
+# every slow-loop method and what it does: the models, then the heuristics (their registry)
+RESIDENCY_METHODS: dict[str, str] = {
+    **MODEL_METHODS,
+    **{name: f"heuristic: {h.description}" for name, h in HEURISTICS.items()},
+}
 
 _WHERE = {
     "Placement": "comoe_opt.residency.placement",
     "ResidencyProblem": "comoe_opt.residency.problem",
     "Tenant": "comoe_opt.residency.problem",
     "residency_problem": "comoe_opt.residency.problem",
-    "RESIDENCY_METHODS": "comoe_opt.residency.solve",
     "solve": "comoe_opt.residency.solve",
 }
 
-__all__ = ["RESIDENCY_METHODS", "Placement", "ResidencyProblem", "Tenant", "residency_problem", "solve"]
+__all__ = [
+    "MODEL_METHODS",
+    "RESIDENCY_METHODS",
+    "Placement",
+    "ResidencyProblem",
+    "Tenant",
+    "residency_problem",
+    "solve",
+]
 
 
 def __getattr__(name: str) -> Any:

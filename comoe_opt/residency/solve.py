@@ -13,13 +13,11 @@ Gaps are signed and measured on the part of the objective a placement changes
 from __future__ import annotations
 
 from comoe_opt.deadline import Deadline
+from comoe_opt.residency import MODEL_METHODS, RESIDENCY_METHODS
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.heuristics.solve import solve_heuristic
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
-
-MODEL_METHODS = ("milp", "exact", "full", "lp")
-RESIDENCY_METHODS = (*MODEL_METHODS, *HEURISTICS)
 
 __all__ = ["MODEL_METHODS", "RESIDENCY_METHODS", "solve", "solve_heuristic"]
 
