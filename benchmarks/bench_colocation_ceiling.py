@@ -2,7 +2,7 @@
 (formulations/residency.md, "Scenario-group bound", co-location).
 
 A relaxation of the window objective whose makespan cuts are each at most one cut ratio of the
-exact condition (scenarios.py: z*_s = max over chiplet sets D of the work confined to D over D's
+exact condition (cut_condition.py: z*_s = max over chiplet sets D of the work confined to D over D's
 speed) cannot prove more than the objective with each scenario's makespan replaced by the largest
 of those ratios at any one placement: that placement is feasible for the relaxation. For the class
 model plus pair co-location (items m_ij = chiplets hosting both i and j, with the pair cut

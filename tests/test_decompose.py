@@ -47,7 +47,7 @@ def run(p: ResidencyProblem, **options):
 def layer_table(p: ResidencyProblem, layer: int) -> dict[tuple, float]:
     """Best value of the layer per (pages per chiplet, pages per tenant), over every replica map
     that satisfies the layer's own constraints (replica limit, all_resident, leases); makespans by
-    the cut enumeration (scenarios.py), checked against `score` on a sample."""
+    the cut enumeration (best_split/cut_condition.py), checked against `score` on a sample."""
     E, C = p.experts, p.chiplets
     prev = p.previous.resident[layer] if p.previous is not None else np.zeros((E, C), dtype=bool)
     maps = ((np.arange(1 << (E * C))[:, None] >> np.arange(E * C)) & 1).astype(bool).reshape(-1, E, C)

@@ -16,7 +16,7 @@ with capacities):
 — work that can only go to D must fit in D's capacity, and max-flow/min-cut
 says this is also sufficient. Enumerating the 2^C − 1 sets is exact and fast
 for C ≤ `MAX_ENUMERATED_CHIPLETS`; up to `MAX_MASK_CHIPLETS` each scenario's
-maximising set is found by parametric min cut (closure.py); when chiplets are
+maximising set is found by parametric min cut (best_split/min_cut.py); when chiplets are
 not related by one speed factor each scenario's makespan is a small LP.
 
 `z*` is a maximum of linear functions of `w`, hence convex: the mean over
@@ -62,8 +62,7 @@ class CutTable:
 
     def inside(self, masks: np.ndarray) -> np.ndarray:
         """[E, sets] 1.0 where expert e's replica set lies inside D (no replica: only D = all)."""
-        allowed = np.where(masks == 0, self.all_chiplets, masks)
-        return ((allowed[:, None] & ~self.sets[None, :]) == 0).astype(np.float64)
+        return inside(np.where(masks == 0, self.all_chiplets, masks), self.sets)
 
     def makespans(self, work_in_sets: np.ndarray) -> np.ndarray:
         """Makespan per scenario from the work confined to each set, [S, sets] → [S]."""
@@ -110,10 +109,64 @@ def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
 
 
 def masks_of(resident: np.ndarray) -> np.ndarray:
-    """Replica sets [E] as bit masks from a replica map [E, C]."""
-    return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[1], dtype=np.int64))
+    """Replica sets [..., E] as bit masks from a replica map [..., E, C]."""
+    return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[-1], dtype=np.int64))
+
+
+def inside(masks: np.ndarray, sets: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    """[..., sets] 1.0 where the replica set (bit mask) lies inside the chiplet set, in `dtype`
+    (the loads' own: a mixed-precision product would copy the loads). An empty mask lies inside
+    every set: `CutTable.inside` maps it to all chiplets first."""
+    return ((masks[..., None] & ~sets) == 0).astype(dtype)
 
 
 def makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
     """The share LP without NoP: every expert's work split over its replicas, each chiplet ≤ z."""
     return share_lp(work, resident)[0]
+
+
+# ------------------------------------------------ unit speeds (GPUs), the balancers' form
+
+
+def unit_speed_makespans(resident: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """[S] best-split makespans of one layer (`resident` [E, G], `w` [S, E], unit speeds), in
+    `w`'s dtype: the balancers' form of `layer_makespans`, which they call on float32 loads for
+    every candidate move; `layer_makespans` keeps float64 and related speeds, which the slow
+    loop's objective and bounds need."""
+    gpus = resident.shape[1]
+    if gpus <= MAX_ENUMERATED_CHIPLETS:
+        return enumerated_makespans(masks_of(resident), w, gpus)[0]
+    return bottlenecks(w, resident, np.ones(gpus))[0]
+
+
+def unit_speed_bottlenecks(resident: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([S] best-split makespans, [S] bottleneck GPU sets as bit masks) by min cut (min_cut.py)."""
+    spans, masks = bottlenecks(w, resident, np.ones(resident.shape[1]))
+    return spans, np.asarray(masks.astype(np.int64))
+
+
+def enumerated_makespans(masks: np.ndarray, w: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """([S] exact best-split makespans, the distinct bottleneck sets) over every GPU set.
+
+    The work confined to each set is a sum over its subsets of the work whose replica set is
+    exactly that subset: G passes over [2^G, S] (no matrix product, whose BLAS threads contend
+    on a shared host)."""
+    work = np.zeros((1 << gpus, w.shape[0]), dtype=w.dtype)
+    np.add.at(work, masks, w.T)
+    for bit in range(gpus):
+        upper = with_bit(gpus, bit)
+        work[upper] += work[upper ^ (1 << bit)]
+    ratio = work[1:] / set_sizes(np.arange(1, 1 << gpus, dtype=np.int64), gpus).astype(w.dtype)[:, None]
+    worst = ratio.argmax(axis=0)
+    return ratio[worst, np.arange(w.shape[0])].astype(np.float64), np.unique(worst + 1).astype(np.int64)
+
+
+def with_bit(gpus: int, bit: int) -> np.ndarray:
+    """The GPU sets (of `gpus`) that hold GPU `bit`."""
+    sets = np.arange(1 << gpus, dtype=np.int64)
+    return sets[(sets >> bit) & 1 == 1]
+
+
+def set_sizes(sets: np.ndarray, gpus: int) -> np.ndarray:
+    """[sets] how many GPUs each set holds (its capacity at unit speeds), float32."""
+    return ((sets[:, None] >> np.arange(gpus, dtype=np.int64)) & 1).sum(axis=1).astype(np.float32)

@@ -1,6 +1,6 @@
 """Each scenario's bottleneck chiplet set by parametric min cut, for any number of chiplets.
 
-The best-routing makespan of one micro-batch (scenarios.py) is the largest
+The best-routing makespan of one micro-batch (best_split/cut_condition.py) is the largest
 cut ratio  max_D Σ_{e : R_e ⊆ D} w_e / Σ_{c ∈ D} v_c.  Enumerating the sets
 is exact up to `MAX_ENUMERATED_CHIPLETS`; beyond, Dinkelbach's method finds
 the maximising set: for a ratio λ,

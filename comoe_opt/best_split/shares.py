@@ -7,7 +7,7 @@
 
 solved with HiGHS through SciPy's `linprog` (when every expert has one chiplet, its shares are
 the only feasible ones and no LP is needed). `objective.layer_shares` adds
-NoP as the cost; the scenario makespans (scenarios.py) use it without.
+NoP as the cost; the scenario makespans (best_split/cut_condition.py) use it without.
 """
 
 from __future__ import annotations

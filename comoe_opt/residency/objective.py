@@ -1,7 +1,7 @@
 """The slow-loop objective of a placement, evaluated exactly.
 
 For a fixed placement, the best token shares of each layer are a small LP
-(shares.py):
+(best_split/shares.py):
 
     min  z_l + Σ_{e,c} nop_c · λ_le · s_lec
     s.t. Σ_c s_lec = 1                    for every expert with demand
@@ -14,7 +14,7 @@ the copies from the previous placement:
     J = W · Σ_l (z_l + nop_l + Σ_e miss_le · [no replica]) + copy_ms · pages copied
 
 With balance scenarios (`problem.scenarios > 0`), z_l is instead the mean
-over the scenarios of each one's best-routing makespan (scenarios.py), and
+over the scenarios of each one's best-routing makespan (best_split/cut_condition.py), and
 NoP is each expert's tokens sent to its nearest replica — the two are
 scored apart, as the fast loop routes each micro-batch anew; both terms are
 at least their mean-load counterparts' lower bounds in the replica-count

@@ -46,7 +46,7 @@ class ResidencyProblem:
     tenants: tuple[Tenant, ...] = ()
     terms: frozenset[str] = field(default=TERMS)
     all_resident: bool = False  # every logical expert must keep a replica
-    scenario_work_ms: np.ndarray | None = None  # [S, L, E, C] work of sampled micro-batches (scenarios.py)
+    scenario_work_ms: np.ndarray | None = None  # [S, L, E, C] sampled micro-batches' work (cut_condition.py)
     search_moves: int = 0  # local-search moves per layer on the scenarios (refine.py)
     anneal_proposals: int = 0  # annealing proposals per layer after the search (anneal.py)
     expert_groups: int = 1  # model's expert groups (EPLB's hierarchical mode, eplb.py)

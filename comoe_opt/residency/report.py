@@ -2,8 +2,8 @@
 
 One dataclass per method family, all derived from `ResidencyReport`:
 
-* `HeuristicReport`: the heuristics (`static`, `greedy`, `eplb`, ...; heuristic_solve.py);
-* `ModelReport`: `milp` and `exact` (milp.py): where the placement came from, the replica-count
+* `HeuristicReport`: the heuristics (`static`, `greedy`, `eplb`, ...; residency/heuristics/solve.py);
+* `ModelReport`: `milp` and `exact` (exact/pipeline.py): where the placement came from, the replica-count
   model's outcome, each bound by its source, the class bound with its certificate, the cut rounds;
 * `FullModelReport`: `full`, the plain x[l,e,c] model;
 * `LPReport`: `lp`, the LP relaxation of the replica-count model (no placement).

@@ -8,8 +8,8 @@ it where it calls EPLB. It needs no instance file: devices, slots and loads are 
 * `method="comoe"` (default): per layer the best of EPLB's plan, a covariance-aware packing of
   EPLB's replicas and (given `previous`) the map in service, once moves are paid for (for
   `even`, a re-pack replaces the map in service only if it also scores better on each half of
-  the steps, as every move of the search must: dropin_search.py); then the
-  local search of dropin_search.py on what the engine will see: each step's max/mean GPU load
+  the steps, as every move of the search must: balancers/dropin/search.py); then the
+  local search of balancers/dropin/search.py on what the engine will see: each step's max/mean GPU load
   under `dispatch` — `"even"` (the engine splits an expert's tokens evenly over its replicas) or
   `"lp"` (it routes each batch by the best split, as SGLang's `--ep-dispatch-algorithm lp`),
   scored exactly as the slow loop's balance scenarios (the cut condition), recent steps weighing
@@ -45,6 +45,7 @@ from comoe_opt.balancers.dropin.backtest import Backtest
 from comoe_opt.balancers.eplb import _check_shape
 from comoe_opt.balancers.eplb import rebalance_experts as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
+from comoe_opt.best_split.cut_condition import unit_speed_bottlenecks
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
 
@@ -70,7 +71,7 @@ BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
 # layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
 EPLB_NS_PER_SLOT = 3300.0
 START_NS_PER_CELL = 8.0
-# the backtest's runs (dropin_backtest.py) share this many times the search's own work budget
+# the backtest's runs (balancers/dropin/backtest.py) share this many times the search's own work budget
 BACKTEST_SHARE = 1.0
 MOVE_COST = backtest.MOVE_PRICE  # the default price of a moved expert, in per-step max/mean (0.002)
 # the covariance-aware start packs each replica where mean + RISK standard deviations of the GPU's
@@ -170,7 +171,7 @@ def rebalance_experts(
     that stay on their GPU keep their slot, and each expert moved costs `move_cost` (in per-step
     max/mean). `move_cost`, `half_life` (steps; None: all alike) and `smooth` (sparse counts shrunk
     toward the experts' rates) take their defaults unless given; with `calibrate=True` those not
-    given are chosen by a backtest on `history` (dropin_backtest.py), and `explain`'s report holds
+    given are chosen by a backtest on `history` (balancers/dropin/backtest.py), and `explain`'s report holds
     its scores. The backtest is off by default: on the replays measured it took 3-6x the planning
     time and met no regime target it missed without it (benchmarks/results/dropin.md).
     The search stops when nothing improves or when its work budget is spent
@@ -507,7 +508,7 @@ def _exact(
     for layer in range(plan.shape[0]):
         if expired():
             return None
-        spans, masks = search.lp_bottlenecks(n[layer] > 0, w[layer])
+        spans, masks = unit_speed_bottlenecks(n[layer] > 0, w[layer])
         values[layer] = search.step_mean(spans)
         base = search.base_pool(shape.gpus) if pools is None else pools[layer]
         grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))

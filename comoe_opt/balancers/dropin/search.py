@@ -1,4 +1,4 @@
-"""The drop-in's local search (ep_balance.py), vectorised over layers and candidate moves.
+"""The drop-in's local search (balancers/dropin/rebalance.py), vectorised over layers and candidate moves.
 
 Every layer is a row of slots (`phy2log`); GPU g owns slots g·R/G … (g+1)·R/G − 1. A plan is
 scored on scenarios, per-step loads normalised so that each step's mean GPU load is 1: the
@@ -8,9 +8,9 @@ under the engine's dispatch:
 * `even` — each expert's tokens split evenly over its replicas (vLLM, SGLang `static`):
   GPU g carries Σ_e n_ge / c_e · w_e (n_ge of e's c_e replicas on g);
 * `lp` — the best split of each step (SGLang `--ep-dispatch-algorithm lp`, our fast loop):
-  the cut condition of scenarios.py, max over GPU sets D of the work confined to D over |D|.
+  the cut condition of best_split/cut_condition.py, max over GPU sets D of the work confined to D over |D|.
   Sets are enumerated up to `MAX_ENUMERATED_CHIPLETS` GPUs; beyond, each step's bottleneck is
-  found by min cut (closure.py) and the search runs on a pool of the sets met so far, checked
+  found by min cut (best_split/min_cut.py) and the search runs on a pool of the sets met so far, checked
   exactly before its result is kept.
 
 Steps are weighted by recency (`step_weights`: halved every `HALF_LIFE` steps back), since a plan
@@ -61,7 +61,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS
+from comoe_opt.best_split.cut_condition import (
+    MAX_ENUMERATED_CHIPLETS,
+    enumerated_makespans,
+    inside,
+    masks_of,
+    set_sizes,
+    unit_speed_makespans,
+)
 
 CANDIDATES = 96  # moves scored per layer and iteration
 SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
@@ -80,7 +87,7 @@ GUIDED = 0.5
 # autocorrelated (GPT-OSS: 0.2 one step apart, 0.06 eight apart), so blocks keep the halves close
 # to independent; 1, 4, 8 and 16 were measured (benchmarks/results/dropin.md)
 CROSS_BLOCK: int | None = 8
-# a call's own half-life (the drop-in's backtest chooses it per call: ep_balance.py); unset, HALF_LIFE
+# a call's own half-life (the drop-in's backtest chooses it per call: rebalance.py); unset, HALF_LIFE
 _CALL_HALF_LIFE: ContextVar[tuple[float | None] | None] = ContextVar("half_life", default=None)
 
 
@@ -185,7 +192,7 @@ def scores(slots: np.ndarray, w: np.ndarray, shape: Shape) -> np.ndarray:
     if shape.dispatch == "even":
         return even_loads(slots, w, shape.gpus).max(axis=-1)
     n = replica_counts(slots, w.shape[-1], shape.gpus)
-    return np.stack([lp_makespans(n[layer] > 0, w[layer]) for layer in range(w.shape[0])])
+    return np.stack([unit_speed_makespans(n[layer] > 0, w[layer]) for layer in range(w.shape[0])])
 
 
 def even_loads(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
@@ -199,63 +206,9 @@ def even_loads(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
     return per_slot.reshape(layers, w.shape[1], gpus, replicas // gpus).sum(axis=-1)
 
 
-def lp_makespans(resident: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """[S] best-split makespans of one layer (`resident` [E, G], `w` [S, E], unit speeds)."""
-    gpus = resident.shape[1]
-    if gpus <= MAX_ENUMERATED_CHIPLETS:
-        return _enumerated(_masks(resident), w, gpus)[0]
-    from comoe_opt.best_split.min_cut import bottlenecks  # min cut: OR-Tools, loaded only here
-
-    return bottlenecks(w, resident, np.ones(gpus))[0]
-
-
-def lp_bottlenecks(resident: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """([S] best-split makespans, [S] bottleneck GPU sets as bit masks) by min cut (closure.py)."""
-    from comoe_opt.best_split.min_cut import bottlenecks
-
-    spans, masks = bottlenecks(w, resident, np.ones(resident.shape[1]))
-    return spans, np.asarray(masks.astype(np.int64))
-
-
 def base_pool(gpus: int) -> np.ndarray:
     """GPU sets the search scores candidates on from the start: each GPU alone, and all."""
     return np.append(np.int64(1) << np.arange(gpus, dtype=np.int64), np.int64((1 << gpus) - 1))
-
-
-def _enumerated(masks: np.ndarray, w: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """([S] exact best-split makespans, the distinct bottleneck sets) over every GPU set.
-
-    The work confined to each set is a sum over its subsets of the work whose replica set is
-    exactly that subset: G passes over [2^G, S] (no matrix product, whose BLAS threads contend
-    on a shared host)."""
-    work = np.zeros((1 << gpus, w.shape[0]), dtype=w.dtype)
-    np.add.at(work, masks, w.T)
-    for bit in range(gpus):
-        upper = _with_bit(gpus, bit)
-        work[upper] += work[upper ^ (1 << bit)]
-    ratio = work[1:] / _sizes(np.arange(1, 1 << gpus, dtype=np.int64), gpus).astype(w.dtype)[:, None]
-    worst = ratio.argmax(axis=0)
-    return ratio[worst, np.arange(w.shape[0])].astype(np.float64), np.unique(worst + 1).astype(np.int64)
-
-
-def _with_bit(gpus: int, bit: int) -> np.ndarray:
-    """The GPU sets (of `gpus`) that hold GPU `bit`."""
-    sets = np.arange(1 << gpus, dtype=np.int64)
-    return sets[(sets >> bit) & 1 == 1]
-
-
-def _masks(resident: np.ndarray) -> np.ndarray:
-    return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[-1], dtype=np.int64))
-
-
-def _inside(masks: np.ndarray, sets: np.ndarray, dtype: type = np.float32) -> np.ndarray:
-    """[..., sets] 1.0 where the replica set lies inside the GPU set (in the loads' dtype: a
-    mixed-precision product would copy the loads)."""
-    return ((masks[..., None] & ~sets) == 0).astype(dtype)
-
-
-def _sizes(sets: np.ndarray, gpus: int) -> np.ndarray:
-    return ((sets[:, None] >> np.arange(gpus, dtype=np.int64)) & 1).sum(axis=1).astype(np.float32)
 
 
 # ----------------------------------------------------------------- the search
@@ -337,10 +290,10 @@ class Search:
         self.objective = step_mean(self.per_step) + self.move_cost * moved(self.n, self.prev)
 
     def masks(self, layer: int) -> np.ndarray:
-        return _masks(self.n[layer] > 0)
+        return masks_of(self.n[layer] > 0)
 
     def _pool_score(self, layer: int, in_sets: np.ndarray) -> np.ndarray:
-        return (in_sets / _sizes(self.sets[layer], self.shape.gpus)).max(axis=-1)
+        return (in_sets / set_sizes(self.sets[layer], self.shape.gpus)).max(axis=-1)
 
     @property
     def enumerated(self) -> bool:
@@ -350,10 +303,10 @@ class Search:
         """Refresh the layer's pool sums; its per-step makespans: exact when the sets can be
         enumerated (each step's bottleneck joins the pool), else on the pool."""
         if self.enumerated:
-            self._spend_enumerated()
-            spans, worst = _enumerated(self.masks(layer), self.w[layer], self.shape.gpus)
+            self._spendenumerated_makespans()
+            spans, worst = enumerated_makespans(self.masks(layer), self.w[layer], self.shape.gpus)
             self.sets[layer] = np.union1d(self.sets[layer], worst)
-        self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
+        self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
         return spans if self.enumerated else self._pool_score(layer, self.in_sets[layer])
 
     def _exact_gain(self, c: _Candidates, row: int, k: int) -> bool:
@@ -363,8 +316,8 @@ class Search:
         masks = self.masks(layer)
         bits = np.int64(1) << np.arange(self.shape.gpus, dtype=np.int64)
         masks[c.e[row, k]], masks[c.f[row, k]] = (c.na[row, k] > 0) @ bits, (c.nb[row, k] > 0) @ bits
-        self._spend_enumerated()
-        spans, worst = _enumerated(masks, self.w[layer], self.shape.gpus)
+        self._spendenumerated_makespans()
+        spans, worst = enumerated_makespans(masks, self.w[layer], self.shape.gpus)
         prev = None if self.prev is None else self.prev[layer]
         n = self.n[layer].copy()
         n[c.e[row, k]], n[c.f[row, k]] = c.na[row, k], c.nb[row, k]
@@ -372,10 +325,10 @@ class Search:
         if value < self.objective[layer] - 1e-9 * max(1.0, abs(self.objective[layer])):
             return True
         self.sets[layer] = np.union1d(self.sets[layer], worst)
-        self.in_sets[layer] = self.w[layer] @ _inside(self.masks(layer), self.sets[layer])
+        self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
         return False
 
-    def _spend_enumerated(self) -> None:
+    def _spendenumerated_makespans(self) -> None:
         """One exact best split of a layer's steps: every GPU set's sum built in G passes."""
         if hasattr(self, "work"):  # the start's scores are not the search's
             self.work.spend(NS_PER_CELL * (1 << self.shape.gpus) * self.steps * (self.shape.gpus + 1))
@@ -471,7 +424,7 @@ class Search:
         else:
             share = np.zeros((active.size, gpus))
             for row, layer in enumerate(active):
-                ratio = self.in_sets[layer] / _sizes(self.sets[layer], gpus)
+                ratio = self.in_sets[layer] / set_sizes(self.sets[layer], gpus)
                 worst = self.sets[layer][ratio.argmax(axis=1)]
                 share[row] = ((worst[:, None] >> np.arange(gpus, dtype=np.int64)) & 1).sum(axis=0)
         share += 0.05 * share.sum(axis=1, keepdims=True) / gpus + 1e-12  # every GPU stays drawable
@@ -548,7 +501,7 @@ class Search:
         self.work.spend(NS_PER_CELL * b * c.e.shape[1] * width * self.steps)
         loads = work[:, None] + self.wt[rows, c.e][:, :, None, :] * changes[0]  # [B, K, P, S]
         loads += self.wt[rows, c.f][:, :, None, :] * changes[1]
-        loads /= _sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
+        loads /= set_sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
         return loads.max(axis=2)
 
     def _apply(self, c: _Candidates, row: int, k: int) -> None:

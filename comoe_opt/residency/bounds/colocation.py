@@ -12,7 +12,7 @@ and what the chiplets' contents force: with q_c the experts of B on chiplet c, t
 
     Σ_{i<j ∈ B} o[i,j,k] ≥ a · Σ_{i ∈ B} m[i,k] − |k| · a (a + 1) / 2      a = 1, 2, ...
 
-The pair's cut of each scenario (scenarios.py: the work confined to a chiplet set over its speed),
+The pair's cut of each scenario (cut_condition.py: the work confined to a chiplet set over its speed),
 for the set R_i ∪ R_j of U = Σ_k (m[i,k] + m[j,k] − o[i,k]) chiplets (speeds equal, so the
 capacity is U; an expert without a replica counts as C, it runs anywhere):
 

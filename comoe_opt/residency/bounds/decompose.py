@@ -5,7 +5,7 @@ With balance scenarios the window objective is
     W · Σ_l ( (1/S) Σ_s z*_ls + NoP_l + misses_l ) + κ · copies
 
 with z*_ls the best-routing makespan of scenario s on layer l, the largest
-cut ratio over chiplet sets D (scenarios.py). The cut model (cuts.py) states
+cut ratio over chiplet sets D (cut_condition.py). The cut model (cut_model.py) states
 it over x[l,e,c]; its LP relaxation spreads fractional replicas over every
 chiplet, which makes every confinement u_leD and every nearest-replica NoP
 small: its root bound is the even split with the least NoP.

@@ -18,7 +18,7 @@ scenario give the per-scenario optima, one group of all S the layer's optimum). 
 real placement on chiplets, so it sees which experts share a chiplet — what the class model, being
 symmetric over the chiplets of a class, cannot. `f_lG = (|G|/S) · g_lG` with g_lG the layer's
 objective on the scenarios of G alone (W/|G| per scenario), a one-layer `ResidencyProblem`
-solved by the exact cut model (cuts.py) with the prices as a page cost: any proven dual bound of
+solved by the exact cut model (cut_model.py) with the prices as a page cost: any proven dual bound of
 it is valid, so a group stopped by its time limit still counts. A layer's bound is the larger of
 the class model's layer value (`LagrangianValue.layer_bounds`) and its groups' sum, and the best
 of `partitions` sampled partitions (each is a valid bound). See formulations/residency.md,
@@ -144,7 +144,7 @@ def page_prices(problem: ResidencyProblem, classes: DeviceClasses, prices: Price
     return owned[:, None] + per_chiplet[None, :]
 
 
-SOLVERS = ("cuts", "cpsat")  # the exact cut model by HiGHS (cuts.py), or CP-SAT (group_cpsat.py)
+SOLVERS = ("cuts", "cpsat")  # the exact cut model by HiGHS (cut_model.py), or CP-SAT (group_cpsat.py)
 
 
 def group_value(

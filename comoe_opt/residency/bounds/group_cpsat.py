@@ -3,16 +3,16 @@
 A one-layer `ResidencyProblem` on a few scenarios, with a price per page `page_cost` [E, C]:
 
     min (W/S') Σ_s z_s + W Σ_e m_e (1 − r_e) + W Σ_{e,c} λ_e (n_c − min n) y_ec + Σ_{e,c} (κ[new] + p_ec) x_ec
-    z_s ≥ Σ_e (ω_se / V_D) u_eD           every chiplet set D (the cut condition, scenarios.py)
+    z_s ≥ Σ_e (ω_se / V_D) u_eD           every chiplet set D (the cut condition, cut_condition.py)
     u_eD ∨ ¬r_e ∨ ⋁_{c ∉ D} x_ec           u_eD = 1 when every replica of a resident e lies in D
     y_ec ≤ x_ec, Σ_c y_ec = r_e             NoP to one replica; x_ec ≤ r_e ≤ Σ_c x_ec
-    capacity, budget, replicas per expert, leases, quotas, all_resident as in cuts.py
+    capacity, budget, replicas per expert, leases, quotas, all_resident as in residency/exact/cut_model.py
 
 CP-SAT is integral: every cost coefficient is scaled by `scale` and rounded **down**, and z_s is an
 integer, so each placement's model value is at most `scale · S'` times its true value plus S' · W
 (the rounding up of each z_s); the reported bound subtracts that, so it stays a lower bound of
 the group's true optimum. CP-SAT detects the symmetry of interchangeable chiplets itself (its
-`symmetry_level`), which the LP-based cut model (cuts.py) cannot use: on a GPT-OSS layer the cut
+`symmetry_level`), which the LP-based cut model (cut_model.py) cannot use: on a GPT-OSS layer the cut
 model did not close even one scenario in 10 s (formulations/residency.md, "Scenario-group bound").
 """
 

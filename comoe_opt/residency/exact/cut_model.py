@@ -5,7 +5,7 @@ With balance scenarios the window objective is
     W · Σ_l ( (1/S) Σ_s z*_ls + NoP_l + misses_l ) + κ · copies
 
 where z*_ls is scenario s's best-routing makespan on layer l, the largest
-cut ratio over chiplet sets D (scenarios.py). For chiplets related by one
+cut ratio over chiplet sets D (best_split/cut_condition.py). For chiplets related by one
 speed factor v_c this is linear in a placement through
 
     V_D · z_ls ≥ Σ_e ω_lse · u_leD,      u_leD ≥ r_le − Σ_{c ∉ D} x_lec,   u ≥ 0
@@ -103,7 +103,7 @@ class CutModel:
         p = self.problem = problem
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
         self.speeds = related_speeds(p.scenario_work_ms)
-        # every set enumerated when few chiplets; beyond, each scenario's set by min cut (closure.py)
+        # every set enumerated when few chiplets; beyond, each scenario's set by min cut (min_cut.py)
         self.table = CutTable.for_speeds(self.speeds) if self.C <= scenarios.MAX_ENUMERATED_CHIPLETS else None
         self.all_chiplets = (1 << self.C) - 1
         self.unit = p.scenario_work_ms[..., 0]  # [S, L, E] work on a unit-speed chiplet (v_0 = 1)

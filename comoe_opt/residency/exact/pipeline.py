@@ -8,7 +8,7 @@
   placement — or the previous window's, when that is better — on them.
   A warm start that breaks a constraint is skipped, never fatal.
 * `exact`: `milp`, then, with balance scenarios on related chiplets, the
-  exact scenario model over x[l,e,c] by row generation (cuts.py) until the
+  exact scenario model over x[l,e,c] by row generation (residency/exact/cut_model.py) until the
   gap or the time limit: a proven gap on the scenario objective.
 * `full`: the plain residency MILP over x[l,e,c], balance scenarios included
   (exact, for small instances).
@@ -71,7 +71,7 @@ def solve_milp(
     problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
 ) -> ResidencyResult:
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
-    scenarios, then the exact scenario model (cuts.py) to the gap or the deadline.
+    scenarios, then the exact scenario model (residency/exact/cut_model.py) to the gap or the deadline.
 
     After the replica model, the steps of `STEPS` run in turn (`exact` adds `EXACT_STEPS`); with a
     time limit each open-ended one gets its share of the time left (schedule.py), without one each
@@ -403,7 +403,7 @@ def _group_bound(run: _Run) -> None:
 
 
 def _cut_rounds(run: _Run) -> None:
-    """`exact`: the exact scenario model's rounds (cuts.py), where it applies and fits, while the
+    """`exact`: the exact scenario model's rounds (cut_model.py), where it applies and fits, while the
     gap is open, on their share of the time left (the bound settles in the first rounds; the rest
     searches), a smaller one when the class bound already holds what the rounds' first minute
     reaches, all of it without a search; or to the work limits' rounds and nodes."""

@@ -88,9 +88,9 @@ def work_limited(deadline: Deadline) -> bool:
 # plan in 2.8-7.4 s with them under a load of 3.6, the stand-in's windows in the times listed there
 # nodes; a cap, far above what the replica MILPs of the shapes in phases.md need (0.03-1.1 s)
 REPLICA_NODES = 1000
-POLISH_NODES = 100  # nodes of the polish, with or without a time limit (milp.py)
+POLISH_NODES = 100  # nodes of the polish, with or without a time limit (residency/exact/pipeline.py)
 # rows of the full model with scenarios up to which it is polished, with or without a time limit
-# (milp.py): the stand-in's with 8 scenarios has 18,701 and its root LP ran 40 s without finishing
+# (exact/pipeline.py): the stand-in's with 8 scenarios has 18,701 and its root LP ran 40 s without finishing
 # (27,631 simplex iterations, bound below the class bound); the property tests' have a few hundred
 POLISH_ROWS = 6000
 LAGRANGIAN_NODES = 500  # nodes per layer; a layer stopped on them gives its dual bound

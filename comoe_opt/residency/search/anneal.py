@@ -18,7 +18,7 @@ linearly from `temperature` times the layer's value to 0; the best layout
 seen is kept, so the result is never worse. Each layer's value is
 `W · (mean scenario makespan + nearest-replica NoP + misses) + κ · copies`,
 exactly the layer's share of the window objective (objective.py), computed
-from the cut enumeration (scenarios.py): only up to 12 chiplets related by
+from the cut enumeration (best_split/cut_condition.py): only up to 12 chiplets related by
 one speed factor; elsewhere the placement is returned unchanged.
 """
 

@@ -15,7 +15,7 @@ construction:
 A move is kept when it lowers the layer's share of the objective,
 `W · (mean scenario makespan + NoP + misses) + κ · copies`, and it respects
 leases, quotas and the replica limit. Each layer's scenario makespans are
-kept as the work confined to every chiplet set (scenarios.py), updated by
+kept as the work confined to every chiplet set (best_split/cut_condition.py), updated by
 the two experts a move touches; above 12 chiplets, to a pool of sets that
 grows with each scenario's min-cut bottleneck (`_pooled_search`). Moves are
 drawn from a generator seeded per layer, so a search is deterministic.
@@ -88,7 +88,7 @@ def _pooled_search(
     """The layer search on too many chiplets to enumerate their sets.
 
     Makespans are taken over a pool of sets (every single chiplet, all of
-    them, and each scenario's bottleneck found by min cut, closure.py): a
+    them, and each scenario's bottleneck found by min cut, best_split/min_cut.py): a
     lower estimate. After each of `POOL_ROUNDS` stretches of moves the layer
     is scored exactly, its bottlenecks join the pool, and a stretch that did
     not lower the exact value is undone. The result is never worse, exactly,
