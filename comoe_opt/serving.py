@@ -96,11 +96,11 @@ def slots_per_layer(setup: ServingSetup, experts: int, redundant: Sequence[int] 
     else:
         extra = setup.redundant if setup.redundant is not None else min(redundant, default=0)
         slots, flag = experts + extra, f"--redundant {extra}"
-    check_slots(slots, experts, setup.gpus, flag)
+    check_serving_slots(slots, experts, setup.gpus, flag)
     return slots, flag
 
 
-def check_slots(slots: int, experts: int, gpus: int, flag: str) -> None:
+def check_serving_slots(slots: int, experts: int, gpus: int, flag: str) -> None:
     """One line when `slots` per layer cannot be placed on `gpus` GPUs."""
     if slots < experts:
         raise ComoeError(f"{flag}: {slots} slots per layer cannot hold the {experts} experts once each")

@@ -13,7 +13,7 @@ from conftest import ROOT, TRACES
 
 import comoe_opt
 from comoe_opt.balancers.dropin.rebalance import gpu_loads, planned_score
-from comoe_opt.balancers.eplb import rebalance_experts as eplb_port
+from comoe_opt.balancers.eplb import deepseek_eplb as eplb_port
 
 REFERENCE = TRACES.parent / "eplb-reference"
 CASES = json.loads((REFERENCE / "cases.json").read_text()) if (REFERENCE / "cases.json").exists() else []

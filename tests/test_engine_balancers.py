@@ -25,7 +25,7 @@ from comoe_opt.balancers.engines import (
     sglang_vec_hierarchical,
     vllm_default,
 )
-from comoe_opt.balancers.eplb import rebalance_experts
+from comoe_opt.balancers.eplb import deepseek_eplb
 from comoe_opt.evaluator.runtime import replay
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
@@ -107,7 +107,7 @@ def test_upstream_outputs_differ_between_engines():
     """The recorded cases would catch a port that plans as plain EPLB: on GPT-OSS window 10 with
     40 slots, SGLang's per-step planner and FlashLB give other replica counts than EPLB's."""
     sgl = _load("sglang", "gptoss_w10_r40_gpu8")
-    _, _, eplb_count = rebalance_experts(sgl["steps"].sum(axis=0), 40, 1, 1, 8)
+    _, _, eplb_count = deepseek_eplb(sgl["steps"].sum(axis=0), 40, 1, 1, 8)
     assert not np.array_equal(eplb_count, sgl["logcnt"])
     flash = _load("ascend", "flashlb_gptoss_w10_r40_gpu8_l6")
     flash_count, _ = _replica_loads(flash["steps"].sum(axis=0).astype(float), flash["phy2log"], 8)
@@ -117,7 +117,7 @@ def test_upstream_outputs_differ_between_engines():
 def test_sglang_vec_plans_on_step_peaks_not_sums_by_hand():
     # sums 10, 12, 10: EPLB replicates expert 1, which is never a step's peak
     steps = np.array([[[10, 6, 0]], [[0, 6, 10]]])
-    _, _, eplb_count = rebalance_experts(steps.sum(axis=0), 4, 1, 1, 4)
+    _, _, eplb_count = deepseek_eplb(steps.sum(axis=0), 4, 1, 1, 4)
     assert eplb_count.tolist() == [[1, 2, 1]]
     # deepseek_vec: a replica of expert 0 or 2 lowers one step's peak from 10 to 6, so the sum of
     # peaks from 20 to 16; the 1e-4 x id offsets make expert 2's sum the smaller (16.0001 < 16.0003)

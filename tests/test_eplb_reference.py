@@ -16,7 +16,7 @@ import pytest
 from conftest import TRACES
 
 from comoe_opt.balancers.engines.vllm_default import vllm_default
-from comoe_opt.balancers.eplb import balanced_packing, log2phy_of, rebalance_experts, replicate, slot_ranks
+from comoe_opt.balancers.eplb import balanced_packing, deepseek_eplb, log2phy_of, replicate, slot_ranks
 from comoe_opt.balancers.maps import maps_of
 
 REFERENCE = TRACES.parent / "eplb-reference"
@@ -40,7 +40,7 @@ def _gpu_loads(weight: np.ndarray, phy2log: np.ndarray, logcnt: np.ndarray, gpus
 def test_port_reproduces_upstream(case):
     ref = _load(case)
     args = [int(ref[k]) for k in ARGS]
-    phy2log, log2phy, logcnt = rebalance_experts(ref["weight"], *args)
+    phy2log, log2phy, logcnt = deepseek_eplb(ref["weight"], *args)
     assert np.array_equal(logcnt, ref["logcnt"])
     assert phy2log.shape == ref["phy2log"].shape and log2phy.shape == ref["log2phy"].shape
     ours = _gpu_loads(ref["weight"], phy2log, logcnt, args[3])
@@ -62,7 +62,7 @@ def test_port_reproduces_upstream(case):
 @pytest.mark.skipif(not CASES, reason="../shared/eplb-reference is not present")
 def test_upstream_places_two_copies_of_one_expert_on_one_gpu_and_so_does_the_port():
     ref = _load("gptoss_w10_r48_g1_n1_gpu8")
-    phy2log, _, _ = rebalance_experts(ref["weight"], *[int(ref[k]) for k in ARGS])
+    phy2log, _, _ = deepseek_eplb(ref["weight"], *[int(ref[k]) for k in ARGS])
     per_gpu = phy2log.reshape(phy2log.shape[0], 8, -1)
     duplicates = sum(len(g) - len(set(g.tolist())) for layer in per_gpu for g in layer)
     upstream = ref["phy2log"].reshape(per_gpu.shape)
@@ -90,10 +90,10 @@ def test_balanced_packing_by_hand():
 )
 def test_upstream_requirements_are_refused(args, message):
     with pytest.raises(ValueError, match=message):
-        rebalance_experts(np.ones((1, 4)), *args)
+        deepseek_eplb(np.ones((1, 4)), *args)
 
 
-@pytest.mark.parametrize("port", [rebalance_experts, vllm_default])
+@pytest.mark.parametrize("port", [deepseek_eplb, vllm_default])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_loads_are_refused(port, bad):
     with pytest.raises(ValueError, match="finite"):

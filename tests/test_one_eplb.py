@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import comoe_opt
-from comoe_opt.balancers.eplb import rebalance_experts as eplb_port
+from comoe_opt.balancers.eplb import deepseek_eplb as eplb_port
 from comoe_opt.errors import InputError
 from comoe_opt.formats import device_slots, launch_flags
 from comoe_opt.instance import load_instance, with_overrides

@@ -1,6 +1,7 @@
 """DeepSeek's EPLB (expert-parallel load balancer), written from its published algorithm, in numpy.
 
-`rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_gpus)`
+`deepseek_eplb(weight, num_replicas, num_groups, num_nodes, num_gpus)` (upstream's
+`rebalance_experts`: the package keeps that name for its drop-in, balancers/dropin/)
 takes per-layer expert loads and returns, like upstream:
 
 * `phy2log` [layers, num_replicas] — the logical expert of each physical
@@ -40,14 +41,14 @@ import numpy as np
 SortKind = Literal["stable", "quicksort"]  # how items of equal load are ordered
 
 
-def rebalance_experts(
+def deepseek_eplb(
     weight: np.ndarray, num_replicas: int, num_groups: int, num_nodes: int, num_gpus: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(phy2log, log2phy, logcnt) of DeepSeek's EPLB for loads `weight` [layers, experts]."""
     load = np.asarray(weight, dtype=np.float32)
     check_weight(load)
     experts = load.shape[1]
-    _check_shape(experts, num_replicas, num_groups, num_nodes, num_gpus)
+    check_shape(experts, num_replicas, num_groups, num_nodes, num_gpus)
     if num_groups % num_nodes == 0:
         phy2log, rank, logcnt = hierarchical(load, num_replicas, num_groups, num_nodes, num_gpus)
     else:
@@ -88,7 +89,9 @@ def check_weight(load: np.ndarray) -> None:
         raise ValueError("weight must be finite in float32 (it holds NaN, infinity or a value above 3.4e38)")
 
 
-def _check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int) -> None:
+def check_shape(experts: int, replicas: int, groups: int, nodes: int, gpus: int) -> None:
+    """EPLB's arguments: at least one replica, group and node, the slot check, and the
+    hierarchical mode's even splits where it applies."""
     for name, value in (("num_replicas", replicas), ("num_groups", groups), ("num_nodes", nodes)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")

@@ -12,7 +12,7 @@ import numpy as np
 from comoe_opt.errors import ComoeError
 from comoe_opt.files import writable_folder
 from comoe_opt.instance import Instance, load_instance
-from comoe_opt.serving import ServingSetup, check_memory, check_slots, counts_instance
+from comoe_opt.serving import ServingSetup, check_memory, check_serving_slots, counts_instance
 
 SERVING_FLAGS = ("gpus", "slots", "model", "expert_mb")
 
@@ -51,7 +51,7 @@ def check_redundant(instance: Instance, redundant: Sequence[int], built: bool, s
     model, gpus = instance.model, instance.hardware.chiplets
     for extra in redundant:
         slots = model.experts_per_layer + extra
-        check_slots(slots, model.experts_per_layer, gpus, f"--redundant {extra}")
+        check_serving_slots(slots, model.experts_per_layer, gpus, f"--redundant {extra}")
         if built and sized:
             check_memory(slots, gpus, model.layers, model.page_gb, f"--redundant {extra}")
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from comoe_opt.balancers.eplb import rebalance_experts
+from comoe_opt.balancers.eplb import deepseek_eplb
 from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import COMPARE_PEERS
@@ -263,7 +263,7 @@ def oracle_loads(instance: Instance, steps: np.ndarray) -> np.ndarray:
     layout = _SlotLayout.of(instance, steps, "the oracle")
     out = np.empty((steps.shape[0], steps.shape[1], layout.devices))
     for t in range(steps.shape[0]):
-        phy2log, _, _ = rebalance_experts(steps[t], *layout.eplb_args)
+        phy2log, _, _ = deepseek_eplb(steps[t], *layout.eplb_args)
         out[t] = device_loads(steps[t : t + 1], layout.resident(phy2log, steps.shape[2]), "flow")[0]
     return out
 

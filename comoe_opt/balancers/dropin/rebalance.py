@@ -42,8 +42,8 @@ import numpy as np
 
 from comoe_opt.balancers.dropin import backtest, search
 from comoe_opt.balancers.dropin.backtest import Backtest
-from comoe_opt.balancers.eplb import _check_shape
-from comoe_opt.balancers.eplb import rebalance_experts as eplb_rebalance
+from comoe_opt.balancers.eplb import check_shape
+from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
 from comoe_opt.best_split.cut_condition import unit_speed_bottlenecks
 from comoe_opt.errors import ComoeError, first_line
@@ -728,7 +728,7 @@ def _check_sizes(shape: tuple[int, ...], replicas: int, groups: int, nodes: int,
     (phy2log per GPU for the packing, log2phy at its widest)."""
     layers, experts = shape
     try:
-        _check_shape(experts, replicas, groups, nodes, gpus)
+        check_shape(experts, replicas, groups, nodes, gpus)
     except ValueError as exc:
         raise ArgumentError(str(exc)) from None
     for what, cells in (
