@@ -31,7 +31,7 @@ from machine import describe
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.bounds.decompose import Cuts, decompose
+from comoe_opt.residency.bounds.decompose import CutFamilies, decompose
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
@@ -76,7 +76,10 @@ def run_case(name: str, exact_limit: float, milp_limit: float, class_limit: floa
         _row("exact", None, exact.bound, exact.objective, exact.runtime_s),
     ]
     start = min((milp, exact), key=lambda r: r.objective).solution
-    for label, cuts in (("class, no combinatorial cuts", Cuts(union=False, rigid=False)), ("class", Cuts())):
+    for label, cuts in (
+        ("class, no combinatorial cuts", CutFamilies(union=False, rigid=False)),
+        ("class", CutFamilies()),
+    ):
         t = time.perf_counter()
         d = decompose(problem, class_limit, start=start, cuts=cuts, iterations=20, anneal_proposals=0)
         wall = time.perf_counter() - t

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from comoe_opt.evaluator.regime import AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
+from comoe_opt.evaluator.claims import AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
 from comoe_opt.files import atomic_path
 
 HERE = Path(__file__).resolve().parent

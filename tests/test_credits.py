@@ -11,8 +11,8 @@ import pytest
 from conftest import small_table
 
 from comoe_opt.evaluator import runtime as runtime_module
+from comoe_opt.evaluator.claims import AXES, MAP_STRATEGIES, point_table
 from comoe_opt.evaluator.metrics import summarize
-from comoe_opt.evaluator.regime import AXES, MAP_STRATEGIES, point_table
 from comoe_opt.evaluator.runs import evaluate_strategy
 from comoe_opt.evaluator.runtime import SampleLog, _Link, replay
 from comoe_opt.evaluator.strategies import strategy

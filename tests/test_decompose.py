@@ -20,7 +20,7 @@ from test_bounds import brute_force, with_scenarios
 from comoe_opt.best_split.cut_condition import CutTable, related_speeds
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.bounds.decompose import (
-    Cuts,
+    CutFamilies,
     Prices,
     class_lp_bound,
     decompose,
@@ -138,7 +138,7 @@ def test_rigid_experts_must_share_a_chiplet():
     p = scenario_problem([[[4, 4, 4]]], [2, 2], tokens=[[1, 1, 1]], nop=[0, 0], all_resident=True,
                          max_replicas=1)  # fmt: skip
     assert optimum(p) == pytest.approx(8.0)
-    assert run(p, cuts=Cuts(union=False, rigid=False)).bound == pytest.approx(6.0)
+    assert run(p, cuts=CutFamilies(union=False, rigid=False)).bound == pytest.approx(6.0)
     assert run(p).bound == pytest.approx(8.0)
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from comoe_opt.best_split.shares import share_lp, solve_share_lp
 from comoe_opt.evaluator import fastmap
 from comoe_opt.evaluator.calibration import attention_for_share, calibrated, static_rest_ms
-from comoe_opt.evaluator.regime import ABLATIONS, AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
+from comoe_opt.evaluator.claims import ABLATIONS, AXES, CLAIMS, MAP_STRATEGIES, best_point, point_table
 from comoe_opt.evaluator.runs import distinct_runs, eval_run, evaluate_strategy, run_many
 from comoe_opt.instance import instance_from_table
 from comoe_opt.trace import instance_batches

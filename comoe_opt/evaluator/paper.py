@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from comoe_opt.evaluator.regime import (
+from comoe_opt.evaluator.claims import (
     CLAIMS,
     EXTRA_METRICS,
     METRICS,

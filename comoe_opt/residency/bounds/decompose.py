@@ -24,7 +24,7 @@ a replica and keeps only:
   and quotas;
 * the replica count j (binary b[l,e,j]) for the count cut
   `z_ls ≥ ω_lse / (j · v_max)` of the replica-count model;
-* optionally (`Cuts`) union cuts (the q busiest experts of a scenario with n
+* optionally (`CutFamilies`) union cuts (the q busiest experts of a scenario with n
   replicas among them lie on at most n chiplets) and rigid cuts (P||Cmax: if
   the kC + 1 busiest all have one replica, some chiplet holds k + 1 of them).
 
@@ -156,7 +156,7 @@ class Prices:
 
 
 @dataclass(frozen=True)
-class Cuts:
+class CutFamilies:
     """Which combinatorial cuts the class model adds beyond the class-union and count cuts."""
 
     union: bool = True  # pigeonhole on the busiest experts' replica counts (`_union_cuts`)
@@ -182,10 +182,10 @@ class ClassModel:
         classes: DeviceClasses,
         layers: list[int],
         prices: Prices | None = None,
-        cuts: Cuts | None = None,
+        cuts: CutFamilies | None = None,
     ):
         self.p, self.classes, self.layers, self.prices = problem, classes, layers, prices
-        self.cuts = cuts if cuts is not None else Cuts()
+        self.cuts = cuts if cuts is not None else CutFamilies()
         self.lp = DirectModel()
         self.cols: dict[int, _LayerColumns] = {}
         self._page_columns: list[tuple[int, int, int, int]] = []  # (column, layer, expert, class)
@@ -434,7 +434,7 @@ def lagrangian_value(
     *,
     classes: DeviceClasses | None = None,
     stop_at: float | None = None,
-    cuts: Cuts | None = None,
+    cuts: CutFamilies | None = None,
     layer_nodes: int | None = None,
 ) -> LagrangianValue:
     """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0.
@@ -542,7 +542,7 @@ def decompose(
     start: Placement | None = None,
     iterations: int = 30,
     joint: bool = True,
-    cuts: Cuts | None = None,
+    cuts: CutFamilies | None = None,
     search_rounds: int = 1,
     anneal_proposals: int = 40_000,
 ) -> DecomposeResult:
@@ -604,7 +604,9 @@ def decompose(
     )
 
 
-def _root(problem: ResidencyProblem, classes: DeviceClasses, cuts: Cuts | None) -> tuple[float, Prices]:
+def _root(
+    problem: ResidencyProblem, classes: DeviceClasses, cuts: CutFamilies | None
+) -> tuple[float, Prices]:
     """LP relaxation of the joint class model: its bound, and its coupling rows' duals as prices."""
     model = ClassModel(problem, classes, list(range(problem.layers)), cuts=cuts)
     h = model.lp.h
@@ -628,7 +630,7 @@ def _subgradient(
     prices: Prices,
     stop_at: float,
     iterations: int,
-    cuts: Cuts | None,
+    cuts: CutFamilies | None,
 ) -> tuple[LagrangianValue, list[dict], Prices]:
     """Projected subgradient steps on the prices (Polyak steps towards the best value plus a margin);
     returns the best L found and one history entry per step."""
