@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -345,60 +346,10 @@ def read_vllm_ascend(
     if not is_int(count) or count < 1:
         raise InputError(path, "moe_layer_count", f"must be a positive integer, got {count!r}")
     layer_list = expect_list(doc.get("layer_list"), count, "layer_list", path, "layers (moe_layer_count)")
-    tables = []
-    devices = slots = None
-    for li, layer in enumerate(layer_list):
-        where = f"layer_list[{li}]"
-        if not isinstance(layer, dict):
-            raise InputError(path, where, f"must be a JSON object, got {json_type(layer)}")
-        for key in ("layer_id", "device_count", "device_list"):
-            if key not in layer:
-                raise InputError(path, f"{where}.{key}", "missing")
-        if not is_int(layer["layer_id"]) or layer["layer_id"] != li:
-            raise InputError(
-                path,
-                f"{where}.layer_id",
-                f"is {layer['layer_id']!r}; vLLM-Ascend reads layers by position, so it must be {li}",
-            )
-        n_dev = layer["device_count"]
-        if not is_int(n_dev) or n_dev < 1:
-            raise InputError(path, f"{where}.device_count", f"must be a positive integer, got {n_dev!r}")
-        if devices is not None and n_dev != devices:
-            raise InputError(path, f"{where}.device_count", f"is {n_dev}, layer 0 has {devices}")
-        devices = n_dev
-        expect_list(layer["device_list"], n_dev, f"{where}.device_list", path, "devices (device_count)")
-        rows = []
-        for d, dev in enumerate(layer["device_list"]):
-            dwhere = f"{where}.device_list[{d}]"
-            if not isinstance(dev, dict):
-                raise InputError(path, dwhere, f"must be a JSON object, got {json_type(dev)}")
-            if not is_int(dev.get("device_id")) or dev["device_id"] != d:
-                raise InputError(
-                    path,
-                    f"{dwhere}.device_id",
-                    f"is {dev.get('device_id')!r}; devices are read by position, so it must be {d}",
-                )
-            ids = dev.get("device_expert")
-            if not isinstance(ids, list) or not ids:
-                raise InputError(path, f"{dwhere}.device_expert", "must be a non-empty list of expert ids")
-            for i, e in enumerate(ids):
-                if not is_int(e) or e < 0:
-                    raise InputError(
-                        path, f"{dwhere}.device_expert[{i}]", f"must be a non-negative integer, got {e!r}"
-                    )
-            if len(set(ids)) != len(ids):
-                dup = next(e for e in ids if ids.count(e) > 1)
-                raise InputError(path, f"{dwhere}.device_expert", f"expert {dup} listed twice on one device")
-            if slots is not None and len(ids) != slots:
-                raise InputError(
-                    path,
-                    f"{dwhere}.device_expert",
-                    f"has {len(ids)} slots, others {slots}: vLLM-Ascend needs equal counts",
-                )
-            slots = len(ids)
-            rows.append(ids)
-        tables.append(rows)
-    table = np.array(tables, dtype=np.int64)  # [layers, devices, slots]
+    shape = _AscendShape()
+    table = np.array(
+        [_ascend_layer(layer, li, path, shape) for li, layer in enumerate(layer_list)], dtype=np.int64
+    )
     if layers is not None:
         rows, total = with_source(path, lambda: _vllm_ascend_moe_layers(len(layers.ids), layers))
         if total != count:
@@ -409,6 +360,74 @@ def read_vllm_ascend(
     l_idx, d_idx, _ = np.indices(table.shape)
     resident[l_idx, table, d_idx] = True
     return Placement(resident)
+
+
+@dataclass
+class _AscendShape:
+    """The devices per layer and slots per device the first layer and device set, which every
+    other must repeat (vLLM-Ascend needs equal counts)."""
+
+    devices: int | None = None
+    slots: int | None = None
+
+
+def _ascend_layer(layer: Any, li: int, path: Path, shape: _AscendShape) -> list[list[int]]:
+    """Layer `li` of the map's `layer_list`, checked: its id by position, its device count."""
+    where = f"layer_list[{li}]"
+    if not isinstance(layer, dict):
+        raise InputError(path, where, f"must be a JSON object, got {json_type(layer)}")
+    for key in ("layer_id", "device_count", "device_list"):
+        if key not in layer:
+            raise InputError(path, f"{where}.{key}", "missing")
+    if not is_int(layer["layer_id"]) or layer["layer_id"] != li:
+        raise InputError(
+            path,
+            f"{where}.layer_id",
+            f"is {layer['layer_id']!r}; vLLM-Ascend reads layers by position, so it must be {li}",
+        )
+    n_dev = layer["device_count"]
+    if not is_int(n_dev) or n_dev < 1:
+        raise InputError(path, f"{where}.device_count", f"must be a positive integer, got {n_dev!r}")
+    if shape.devices is not None and n_dev != shape.devices:
+        raise InputError(path, f"{where}.device_count", f"is {n_dev}, layer 0 has {shape.devices}")
+    shape.devices = n_dev
+    expect_list(layer["device_list"], n_dev, f"{where}.device_list", path, "devices (device_count)")
+    return [
+        _ascend_device(dev, f"{where}.device_list[{d}]", d, path, shape)
+        for d, dev in enumerate(layer["device_list"])
+    ]
+
+
+def _ascend_device(dev: Any, where: str, d: int, path: Path, shape: _AscendShape) -> list[int]:
+    """Device `d`'s expert ids, checked: its id by position, distinct non-negative ids, as many
+    slots as every other device."""
+    if not isinstance(dev, dict):
+        raise InputError(path, where, f"must be a JSON object, got {json_type(dev)}")
+    if not is_int(dev.get("device_id")) or dev["device_id"] != d:
+        raise InputError(
+            path,
+            f"{where}.device_id",
+            f"is {dev.get('device_id')!r}; devices are read by position, so it must be {d}",
+        )
+    ids = dev.get("device_expert")
+    if not isinstance(ids, list) or not ids:
+        raise InputError(path, f"{where}.device_expert", "must be a non-empty list of expert ids")
+    for i, e in enumerate(ids):
+        if not is_int(e) or e < 0:
+            raise InputError(
+                path, f"{where}.device_expert[{i}]", f"must be a non-negative integer, got {e!r}"
+            )
+    if len(set(ids)) != len(ids):
+        dup = next(e for e in ids if ids.count(e) > 1)
+        raise InputError(path, f"{where}.device_expert", f"expert {dup} listed twice on one device")
+    if shape.slots is not None and len(ids) != shape.slots:
+        raise InputError(
+            path,
+            f"{where}.device_expert",
+            f"has {len(ids)} slots, others {shape.slots}: vLLM-Ascend needs equal counts",
+        )
+    shape.slots = len(ids)
+    return ids
 
 
 # ============================================================== registry
