@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,7 @@ _ARITY = {
 }  # fmt: skip
 
 Index = tuple[Any, ...]  # ints, and for class sets and member lists a tuple of ints
+Row = tuple[np.ndarray, np.ndarray, float, float, int]  # columns, coefficients, lower, upper, layer
 
 
 class CertificateError(ComoeError):
@@ -252,31 +254,29 @@ class _Data:
 
     def __init__(self, p: ResidencyProblem, facts: dict[str, Any]):
         self.p = p
-        if p.scenario_work_ms is None:
-            raise CertificateError("the problem has no balance scenarios")
-        for name in ("layers", "experts", "chiplets", "scenarios", "batches", "max_replicas", "budget_pages"):
-            if int(facts[name]) != int(getattr(p, name)):
-                raise CertificateError(
-                    f"certificate for {name} = {facts[name]}, the problem has {getattr(p, name)}"
-                )
-        if int(facts["tenants"]) != len(p.tenants) or bool(facts["all_resident"]) != bool(p.all_resident):
-            raise CertificateError("certificate's tenants or all_resident do not match the problem")
-        if not math.isclose(float(facts["copy_ms"]), p.copy_ms, rel_tol=1e-12, abs_tol=0.0):
-            raise CertificateError(
-                f"certificate for copy_ms = {facts['copy_ms']}, the problem has {p.copy_ms}"
-            )
-        L, E, C, S, W = p.layers, p.experts, p.chiplets, p.scenarios, p.batches
-        R = p.max_replicas
+        _check_facts(p, facts)
         # the constant: every token's least NoP, W Σ λ min_c n_c
         nop = np.asarray(p.nop_ms_per_token, dtype=np.float64)
-        self.constant = W * float(np.sum(p.tokens)) * float(nop.min())
+        self.constant = p.batches * float(np.sum(p.tokens)) * float(nop.min())
         if not math.isclose(float(facts["constant_ms"]), self.constant, rel_tol=1e-9, abs_tol=1e-12):
             raise CertificateError(
                 f"certificate's constant {facts['constant_ms']} is not the problem's {self.constant}"
             )
         self.speed = _speeds(p.scenario_work_ms)  # [C], chiplet 0 has speed 1
         self.unit = p.scenario_work_ms[..., 0].transpose(1, 0, 2)  # [L, S, E] on chiplet 0
-        of = np.asarray(facts["classes_of"], dtype=np.int64)
+        self._classes(np.asarray(facts["classes_of"], dtype=np.int64))
+        J = np.asarray(facts["count_columns"], dtype=np.int64)
+        R = p.max_replicas
+        if J.shape != (p.layers, p.experts) or J.min() < min(2, R) or J.max() > R:
+            # b[e, 1] must mean exactly one replica (rigid cuts) where two are allowed
+            raise CertificateError(f"count_columns must be [L, E] within [{min(2, R)}, {R}]")
+        self.J = J
+        self._columns(nop)
+
+    def _classes(self, of: np.ndarray) -> None:
+        """The chiplet classes (`classes_of`), their capacities and speeds, and the types (every
+        nonempty set of classes)."""
+        p, C = self.p, self.p.chiplets
         if of.shape != (C,) or of.min() < 0:
             raise CertificateError(f"classes_of must give each of the {C} chiplets a class")
         K = int(of.max()) + 1
@@ -286,20 +286,18 @@ class _Data:
             raise CertificateError(f"{K} chiplet classes: types are subsets, at most 16 classes")
         self.of, self.K = of, K
         size = np.bincount(of, minlength=K)
-        self.cap = np.minimum(size, R)  # replicas per class and expert
+        self.cap = np.minimum(size, p.max_replicas)  # replicas per class and expert
         self.pages = np.bincount(of, weights=p.capacity_pages, minlength=K)
-        class_nop = np.array([nop[of == k].min() for k in range(K)])
-        class_speed = np.bincount(of, weights=self.speed, minlength=K)  # Σ v_c over the class
+        self.class_speed = np.bincount(of, weights=self.speed, minlength=K)  # Σ v_c over the class
         self.types = np.arange(1, 1 << K, dtype=np.int64)  # every nonempty set of classes
-        T = self.types.size
         self.has = ((self.types[:, None] >> np.arange(K)) & 1).astype(bool)  # [T, K]
-        self.class_speed = class_speed
-        type_nop = np.array([class_nop[self.has[i]].min() for i in range(T)]) - nop.min()
-        J = np.asarray(facts["count_columns"], dtype=np.int64)
-        if J.shape != (L, E) or J.min() < min(2, R) or J.max() > R:
-            # b[e, 1] must mean exactly one replica (rigid cuts) where two are allowed
-            raise CertificateError(f"count_columns must be [L, E] within [{min(2, R)}, {R}]")
-        self.J, jmax = J, int(J.max())
+
+    def _columns(self, nop: np.ndarray) -> None:
+        """Columns r [L, E], t [L, E, T], m [L, E, K], new [L, E, K], b [L, E, jmax], z [L, S]:
+        their indices, layers, costs and bounds."""
+        p, of, K = self.p, self.of, self.K
+        L, E, S, W, T = p.layers, p.experts, p.scenarios, p.batches, self.types.size
+        jmax = int(self.J.max())
         # per (l, e) leases, previous replicas per class, and whether (l, e) must be resident
         lease = np.zeros((L, E, K))
         prev = np.zeros((L, E, K))
@@ -310,7 +308,6 @@ class _Data:
                 prev[..., k] = p.previous.resident[..., of == k].sum(axis=2)
         self.prev = prev
         must = np.full((L, E), bool(p.all_resident)) | (lease.sum(axis=2) > 0)
-        # ---- columns: r [L, E], t [L, E, T], m [L, E, K], new [L, E, K], b [L, E, jmax], z [L, S]
         sizes = {
             "r": (L, E),
             "t": (L, E, T),
@@ -342,13 +339,15 @@ class _Data:
             lower[i] = np.broadcast_to(lo, shape).ravel()
             upper[i] = np.broadcast_to(up, shape).ravel()
 
+        class_nop = np.array([nop[of == k].min() for k in range(K)])
+        type_nop = np.array([class_nop[self.has[i]].min() for i in range(T)]) - nop.min()
         miss = np.asarray(p.miss_ms, dtype=np.float64)
         tokens = np.asarray(p.tokens, dtype=np.float64)
         put("r", -W * miss, must.astype(np.float64), 1.0)
         put("t", W * tokens[..., None] * type_nop, 0.0, 1.0)
         put("m", 0.0, lease, self.cap.astype(np.float64))
         put("new", p.copy_ms, 0.0, self.cap.astype(np.float64))
-        exists = np.arange(1, jmax + 1) <= J[..., None]
+        exists = np.arange(1, jmax + 1) <= self.J[..., None]
         put("b", 0.0, 0.0, exists.astype(np.float64))
         total = self.unit.sum(axis=2)  # [L, S]
         self.floor = total / self.speed.sum()
@@ -360,100 +359,143 @@ class _Data:
 
     # ------------------------------------------------------------------ rows
 
-    def row(self, family: str, index: Index) -> tuple[np.ndarray, np.ndarray, float, float, int]:
+    def row(self, family: str, index: Index) -> Row:
         """(columns, coefficients, lower, upper, layer) of a named row; layer L for coupling rows."""
         if len(index) != _ARITY[family]:
             raise CertificateError(f"{family} takes {_ARITY[family]} indices, got {index}")
-        p, ix = self.p, self.index
-        L, E, S, K, C = p.layers, p.experts, p.scenarios, self.K, p.chiplets
-        R = float(p.max_replicas)
-        inf = math.inf
-        if family in COUPLING:
-            m = ix["m"]
-            if family == "class_pages":
-                k = self._int(index[0], K, "class")
-                return m[..., k].ravel(), np.ones(L * E), -inf, float(self.pages[k]), L
-            if family == "budget":
-                return m.ravel(), np.ones(m.size), -inf, float(p.budget_pages), L
-            t = self._int(index[0], len(p.tenants), "tenant")
-            tenant = p.tenants[t]
-            cols = m[np.asarray(tenant.owns, dtype=bool)].ravel()
-            return cols, np.ones(cols.size), -inf, float(tenant.max_pages), L
-        layer = self._int(index[0], L, "layer")
-        if family in ("class_union", "count_cut", "union_cut", "rigid_cut"):
-            s = self._int(index[1], S, "scenario")
-            z = ix["z"][layer, s]
-            work = self.unit[layer, s]  # [E]
-            if family == "class_union":
-                classes = self._set(index[2], K, "class")
-                d = sum(1 << k for k in classes)
-                inside = (self.types & ~d) == 0  # types T ⊆ D
-                cols = ix["t"][layer][:, inside]  # [E, n]
-                capacity = float(self.class_speed[list(classes)].sum())
-                coefs = np.repeat(work, cols.shape[1])
-                return (
-                    np.concatenate(([z], cols.ravel())),
-                    np.concatenate(([capacity], -coefs)),
-                    0.0,
-                    inf,
-                    layer,
-                )
-            if family == "count_cut":
-                e = self._int(index[2], E, "expert")
-                J = int(self.J[layer, e])
-                js = np.arange(1, J + 1, dtype=np.float64)
-                piece = work[e] / (self.speed.max() * js)
-                if self.J[layer, e] < p.max_replicas:  # the last column is "J or more" replicas
-                    piece[-1] = min(piece[-1], self.floor[layer, s])
-                cols = ix["b"][layer, e, :J]
-                return np.concatenate(([z], cols)), np.concatenate(([1.0], -piece)), 0.0, inf, layer
-            members = self._set(index[3], E, "expert")
-            q = len(members)
-            mem = list(members)
-            if family == "union_cut":
-                n = self._int(index[2], C, "replica count")
-                if n < 1:
-                    raise CertificateError(f"union_cut{index}: n must be in 1..{C - 1}")
-                work_q = float(work[mem].sum())
-                lo, hi = work_q / self.fastest[n], work_q / self.fastest[n + 1]
-                slope = hi - lo  # per replica, ≤ 0
-                m_cols = ix["m"][layer][mem].ravel()
-                r_cols = ix["r"][layer][mem]
-                cols = np.concatenate(([z], m_cols, r_cols))
-                coefs = np.concatenate(([1.0], np.full(m_cols.size, -slope), np.full(q, slope * C)))
-                return cols, coefs, lo - slope * (n - C * q), inf, layer
-            k = self._int(index[2], E + 1, "k")
-            if k < 1 or q < k * C + 1:
-                raise CertificateError(f"rigid_cut{index}: needs k ≥ 1 and at least kC + 1 experts")
-            smallest = float(np.sort(work[mem])[: k + 1].sum()) / float(self.speed.max())
-            b1 = ix["b"][layer][mem, 0]
-            return np.concatenate(([z], b1)), np.concatenate(([1.0], np.full(q, -smallest))), \
-                -smallest * (q - 1), inf, layer  # fmt: skip
-        e = self._int(index[1], E, "expert")
-        r, t, m, b = ix["r"][layer, e], ix["t"][layer, e], ix["m"][layer, e], ix["b"][layer, e]
+        return _ROWS[family](self, index)
+
+    # coupling rows (layer L)
+
+    def _class_pages(self, index: Index) -> Row:
+        m, L, E = self.index["m"], self.p.layers, self.p.experts
+        k = self._int(index[0], self.K, "class")
+        return m[..., k].ravel(), np.ones(L * E), -math.inf, float(self.pages[k]), L
+
+    def _budget(self, index: Index) -> Row:
+        m = self.index["m"]
+        return m.ravel(), np.ones(m.size), -math.inf, float(self.p.budget_pages), self.p.layers
+
+    def _quota(self, index: Index) -> Row:
+        t = self._int(index[0], len(self.p.tenants), "tenant")
+        tenant = self.p.tenants[t]
+        cols = self.index["m"][np.asarray(tenant.owns, dtype=bool)].ravel()
+        return cols, np.ones(cols.size), -math.inf, float(tenant.max_pages), self.p.layers
+
+    # scenario rows: (layer, scenario, ...)
+
+    def _scenario(self, index: Index) -> tuple[int, int, int, np.ndarray]:
+        """(layer, scenario, its z column, its work [E]) of a scenario row."""
+        layer = self._int(index[0], self.p.layers, "layer")
+        s = self._int(index[1], self.p.scenarios, "scenario")
+        return layer, s, self.index["z"][layer, s], self.unit[layer, s]
+
+    def _class_union(self, index: Index) -> Row:
+        layer, _, z, work = self._scenario(index)
+        classes = self._set(index[2], self.K, "class")
+        d = sum(1 << k for k in classes)
+        inside = (self.types & ~d) == 0  # types T ⊆ D
+        cols = self.index["t"][layer][:, inside]  # [E, n]
+        capacity = float(self.class_speed[list(classes)].sum())
+        coefs = np.repeat(work, cols.shape[1])
+        return np.concatenate(([z], cols.ravel())), np.concatenate(([capacity], -coefs)), 0.0, math.inf, layer
+
+    def _count_cut(self, index: Index) -> Row:
+        layer, s, z, work = self._scenario(index)
+        e = self._int(index[2], self.p.experts, "expert")
         J = int(self.J[layer, e])
         js = np.arange(1, J + 1, dtype=np.float64)
-        if family == "type":
-            return np.append(t, r), np.append(np.ones(t.size), -1.0), 0.0, 0.0, layer
-        if family == "replicas":
-            return m, np.ones(K), -inf, R, layer
-        if family == "count":
-            return np.append(b[:J], r), np.append(np.ones(J), -1.0), 0.0, 0.0, layer
-        if family == "count_lo":
-            return np.concatenate((m, b[:J])), np.concatenate((np.ones(K), -js)), 0.0, inf, layer
-        if family == "count_hi":
-            top = js.copy()
-            top[-1] = R
-            return np.concatenate((m, b[:J])), np.concatenate((np.ones(K), -top)), -inf, 0.0, layer
-        k = self._int(index[2], K, "class")
-        with_k = t[self.has[:, k]]
-        if family == "class_lo":
-            return np.append(m[k], with_k), np.append(1.0, -np.ones(with_k.size)), 0.0, inf, layer
-        if family == "class_hi":
-            cap = float(self.cap[k])
-            return np.append(m[k], with_k), np.append(1.0, np.full(with_k.size, -cap)), -inf, 0.0, layer
-        new = ix["new"][layer, e, k]  # family == "copies"
-        return np.array([new, m[k]]), np.array([1.0, -1.0]), -float(self.prev[layer, e, k]), inf, layer
+        piece = work[e] / (self.speed.max() * js)
+        if self.J[layer, e] < self.p.max_replicas:  # the last column is "J or more" replicas
+            piece[-1] = min(piece[-1], self.floor[layer, s])
+        cols = self.index["b"][layer, e, :J]
+        return np.concatenate(([z], cols)), np.concatenate(([1.0], -piece)), 0.0, math.inf, layer
+
+    def _union_cut(self, index: Index) -> Row:
+        layer, _, z, work = self._scenario(index)
+        C = self.p.chiplets
+        mem = list(self._set(index[3], self.p.experts, "expert"))
+        q = len(mem)
+        n = self._int(index[2], C, "replica count")
+        if n < 1:
+            raise CertificateError(f"union_cut{index}: n must be in 1..{C - 1}")
+        work_q = float(work[mem].sum())
+        lo, hi = work_q / self.fastest[n], work_q / self.fastest[n + 1]
+        slope = hi - lo  # per replica, ≤ 0
+        m_cols = self.index["m"][layer][mem].ravel()
+        r_cols = self.index["r"][layer][mem]
+        cols = np.concatenate(([z], m_cols, r_cols))
+        coefs = np.concatenate(([1.0], np.full(m_cols.size, -slope), np.full(q, slope * C)))
+        return cols, coefs, lo - slope * (n - C * q), math.inf, layer
+
+    def _rigid_cut(self, index: Index) -> Row:
+        layer, _, z, work = self._scenario(index)
+        E, C = self.p.experts, self.p.chiplets
+        mem = list(self._set(index[3], E, "expert"))
+        q = len(mem)
+        k = self._int(index[2], E + 1, "k")
+        if k < 1 or q < k * C + 1:
+            raise CertificateError(f"rigid_cut{index}: needs k ≥ 1 and at least kC + 1 experts")
+        smallest = float(np.sort(work[mem])[: k + 1].sum()) / float(self.speed.max())
+        b1 = self.index["b"][layer][mem, 0]
+        return np.concatenate(([z], b1)), np.concatenate(([1.0], np.full(q, -smallest))), \
+            -smallest * (q - 1), math.inf, layer  # fmt: skip
+
+    # expert rows: (layer, expert, ...)
+
+    def _expert(self, index: Index) -> tuple[int, int, int]:
+        """(layer, expert, its count columns J) of an expert row."""
+        layer = self._int(index[0], self.p.layers, "layer")
+        e = self._int(index[1], self.p.experts, "expert")
+        return layer, e, int(self.J[layer, e])
+
+    def _type(self, index: Index) -> Row:
+        layer, e, _ = self._expert(index)
+        t, r = self.index["t"][layer, e], self.index["r"][layer, e]
+        return np.append(t, r), np.append(np.ones(t.size), -1.0), 0.0, 0.0, layer
+
+    def _replicas(self, index: Index) -> Row:
+        layer, e, _ = self._expert(index)
+        return self.index["m"][layer, e], np.ones(self.K), -math.inf, float(self.p.max_replicas), layer
+
+    def _count(self, index: Index) -> Row:
+        layer, e, J = self._expert(index)
+        b, r = self.index["b"][layer, e], self.index["r"][layer, e]
+        return np.append(b[:J], r), np.append(np.ones(J), -1.0), 0.0, 0.0, layer
+
+    def _count_lo(self, index: Index) -> Row:
+        layer, e, J = self._expert(index)
+        m, b = self.index["m"][layer, e], self.index["b"][layer, e]
+        js = np.arange(1, J + 1, dtype=np.float64)
+        return np.concatenate((m, b[:J])), np.concatenate((np.ones(self.K), -js)), 0.0, math.inf, layer
+
+    def _count_hi(self, index: Index) -> Row:
+        layer, e, J = self._expert(index)
+        m, b = self.index["m"][layer, e], self.index["b"][layer, e]
+        top = np.arange(1, J + 1, dtype=np.float64)
+        top[-1] = float(self.p.max_replicas)
+        return np.concatenate((m, b[:J])), np.concatenate((np.ones(self.K), -top)), -math.inf, 0.0, layer
+
+    def _with_class(self, index: Index) -> tuple[int, int, int, np.ndarray]:
+        """(layer, expert, class k, the type columns of the types holding k) of a class row."""
+        layer, e, _ = self._expert(index)
+        k = self._int(index[2], self.K, "class")
+        return layer, e, k, self.index["t"][layer, e][self.has[:, k]]
+
+    def _class_lo(self, index: Index) -> Row:
+        layer, e, k, with_k = self._with_class(index)
+        m = self.index["m"][layer, e]
+        return np.append(m[k], with_k), np.append(1.0, -np.ones(with_k.size)), 0.0, math.inf, layer
+
+    def _class_hi(self, index: Index) -> Row:
+        layer, e, k, with_k = self._with_class(index)
+        m, cap = self.index["m"][layer, e], float(self.cap[k])
+        return np.append(m[k], with_k), np.append(1.0, np.full(with_k.size, -cap)), -math.inf, 0.0, layer
+
+    def _copies(self, index: Index) -> Row:
+        layer, e, k, _ = self._with_class(index)
+        new, m = self.index["new"][layer, e, k], self.index["m"][layer, e]
+        return np.array([new, m[k]]), np.array([1.0, -1.0]), -float(self.prev[layer, e, k]), math.inf, layer
 
     @staticmethod
     def _int(value: Any, size: int, what: str) -> int:
@@ -468,6 +510,41 @@ class _Data:
         if len(set(items)) != len(items):
             raise CertificateError(f"{what} indices {value} repeat")
         return items
+
+
+# each family's row builder (FAMILIES names the rows)
+_ROWS: dict[str, Callable[[_Data, Index], Row]] = {
+    "type": _Data._type,
+    "class_lo": _Data._class_lo,
+    "class_hi": _Data._class_hi,
+    "copies": _Data._copies,
+    "replicas": _Data._replicas,
+    "count": _Data._count,
+    "count_lo": _Data._count_lo,
+    "count_hi": _Data._count_hi,
+    "class_union": _Data._class_union,
+    "count_cut": _Data._count_cut,
+    "union_cut": _Data._union_cut,
+    "rigid_cut": _Data._rigid_cut,
+    "class_pages": _Data._class_pages,
+    "budget": _Data._budget,
+    "quota": _Data._quota,
+}
+
+
+def _check_facts(p: ResidencyProblem, facts: dict[str, Any]) -> None:
+    """The certificate's facts match the problem's sizes, tenants and copy time."""
+    if p.scenario_work_ms is None:
+        raise CertificateError("the problem has no balance scenarios")
+    for name in ("layers", "experts", "chiplets", "scenarios", "batches", "max_replicas", "budget_pages"):
+        if int(facts[name]) != int(getattr(p, name)):
+            raise CertificateError(
+                f"certificate for {name} = {facts[name]}, the problem has {getattr(p, name)}"
+            )
+    if int(facts["tenants"]) != len(p.tenants) or bool(facts["all_resident"]) != bool(p.all_resident):
+        raise CertificateError("certificate's tenants or all_resident do not match the problem")
+    if not math.isclose(float(facts["copy_ms"]), p.copy_ms, rel_tol=1e-12, abs_tol=0.0):
+        raise CertificateError(f"certificate for copy_ms = {facts['copy_ms']}, the problem has {p.copy_ms}")
 
 
 def _speeds(work: np.ndarray) -> np.ndarray:
