@@ -177,8 +177,8 @@ def test_given_the_map_in_service_a_call_makes_one_pass(monkeypatch):
     shape, moments, halves = ds.Shape(8, 1, "even"), ds.step_moments(w), ds.half_moments(w)
 
     def search() -> np.ndarray:
-        args = (in_service, w, shape, kept, 0.002, 0, None, lambda: False, moments, None, halves)
-        return ep_balance._search(*args)[0]
+        call = ep_balance._Call(shape, 40, 1, 1, in_service, kept, 0, None, lambda: False, None, 0.0)
+        return ep_balance._search(call, in_service, w, 0.002, moments, None, halves)[0]
 
     moved = np.maximum(ds.replica_counts(search(), 32, 8) - kept, 0).sum(axis=(1, 2))
     assert 0 < moved.max() <= 2 * (1 + ds.EXTRA_MOVES)  # a swap moves two experts, a gift one

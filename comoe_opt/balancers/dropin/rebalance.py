@@ -228,36 +228,13 @@ def rebalance_experts(
     moments = search.step_moments(w) if dispatch == "even" and explain else None
     if method == "comoe":
         expired, left = _clock_cap(clock, began, budget)
-        raw = None if steps is None else steps.transpose(1, 0, 2)
-        fixed = (None if move_cost is None else _real("move_cost", move_cost), life, smooth)
-        options = backtest.candidates(
-            w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed
+        call = _Call(
+            shape, num_replicas, num_groups, num_nodes, prev, prev_n, seed, cap, expired, left, budget_ns
         )
-
-        def planner(
-            w_: np.ndarray, raw_: np.ndarray | None, c: backtest.Constants, share: float
-        ) -> np.ndarray:
-            sub = search.Work(
-                float("inf") if cap is not None else budget_ns * share
-            )  # effort: the final run only
-            eplb_ = (
-                eplb_map if raw_ is None else _eplb_of(raw_, num_replicas, num_groups, num_nodes, prev, shape)
-            )
-            return _comoe(eplb_, w_, raw_, shape, prev, prev_n, c, seed, cap, expired, left, sub)[0]
-
-        if raw is not None and calibrate:
-            price = backtest.MOVE_PRICE if fixed[0] is None else fixed[0]
-            eplb_of = lambda r: _eplb_of(r, num_replicas, num_groups, num_nodes, prev, shape)  # noqa: E731
-            tested = backtest.run(
-                raw, w, shape, prev_n, options, price, planner, eplb_of, BACKTEST_SHARE, prev
-            )
-        chosen = options[0] if tested is None else tested.chosen
-        plan, stopped = _comoe(eplb_map, w, raw, shape, prev, prev_n, chosen, seed, cap, expired, left, work)
-        if tested is not None and (tested.eplb_layers or tested.kept_layers):
-            plan = plan.copy()
-            plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
-            if prev is not None:
-                plan[list(tested.kept_layers)] = prev[list(tested.kept_layers)]
+        raw = None if steps is None else steps.transpose(1, 0, 2)
+        plan, stopped, tested = _plan_comoe(
+            call, eplb_map, w, raw, (move_cost, life, smooth), calibrate, work
+        )
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     out: tuple[Any, ...] = maps_of(plan, experts)
@@ -275,6 +252,69 @@ def rebalance_experts(
     return _as_input(out, weight)
 
 
+@dataclass(frozen=True)
+class _Call:
+    """What every part of one call's search shares: its validated shape and arguments, the map
+    in service, and the opt-in clock."""
+
+    shape: search.Shape
+    replicas: int
+    groups: int
+    nodes: int
+    prev: np.ndarray | None  # the map in service, [layers, replicas]
+    prev_n: np.ndarray | None  # its replica counts [layers, experts, gpus]
+    seed: int
+    cap: int | None  # moves scored per layer, when given (it replaces the work budget)
+    expired: Callable[[], bool]  # whether the opt-in clock's cap has passed
+    left: Callable[[], float] | None  # seconds left of it (None: no clock)
+    budget_ns: float  # the default work budget of the input's shape (`work_budget`)
+
+    def work(self, share: float) -> search.Work:
+        """A search's work budget: `share` of the default, or none when `cap` is given."""
+        return search.Work(float("inf") if self.cap is not None else self.budget_ns * share)
+
+    def eplb_of(self, raw: np.ndarray) -> np.ndarray:
+        """EPLB's plan of raw steps [layers, S, E] (their sum), aligned to the map in service."""
+        plan = eplb_rebalance(raw.sum(axis=1), self.replicas, self.groups, self.nodes, self.shape.gpus)[0]
+        if self.prev is None:
+            return plan
+        return align_gpus(plan, self.prev, raw.shape[-1], self.shape.gpus, self.shape.nodes)
+
+
+def _plan_comoe(
+    call: _Call,
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    raw: np.ndarray | None,
+    fixed: tuple[float | None, float | str | None, bool | None],
+    calibrate: bool,
+    work: search.Work,
+) -> tuple[np.ndarray, bool, Backtest | None]:
+    """(plan, whether cut short, the backtest when run): the search from the best start with the
+    constants given (`fixed`: move cost, half-life, smoothing), the others backtested on `raw`
+    when `calibrate`, else their defaults; layers the backtest kept as EPLB's or in service stay."""
+    options = backtest.candidates(w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed)
+
+    def planner(w_: np.ndarray, raw_: np.ndarray | None, c: backtest.Constants, share: float) -> np.ndarray:
+        eplb_ = eplb_map if raw_ is None else call.eplb_of(raw_)
+        return _comoe(call, eplb_, w_, raw_, c, call.work(share))[0]  # effort: the final run only
+
+    tested = None
+    if raw is not None and calibrate:
+        price = backtest.MOVE_PRICE if fixed[0] is None else fixed[0]
+        tested = backtest.run(
+            raw, w, call.shape, call.prev_n, options, price, planner, call.eplb_of, BACKTEST_SHARE, call.prev
+        )
+    chosen = options[0] if tested is None else tested.chosen
+    plan, stopped = _comoe(call, eplb_map, w, raw, chosen, work)
+    if tested is not None and (tested.eplb_layers or tested.kept_layers):
+        plan = plan.copy()
+        plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
+        if call.prev is not None:
+            plan[list(tested.kept_layers)] = call.prev[list(tested.kept_layers)]
+    return plan, stopped, tested
+
+
 def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int) -> float:
     """The search's default work budget (dropin_search.Work), from the input's shape alone:
     `BUDGET_TIMES_EPLB` times EPLB's packing at `EPLB_NS_PER_SLOT`, less (for `even`) the starts'
@@ -286,22 +326,16 @@ def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int
 
 
 def _comoe(
+    call: _Call,
     eplb_map: np.ndarray,
     w: np.ndarray,
     raw: np.ndarray | None,
-    shape: search.Shape,
-    prev: np.ndarray | None,
-    prev_n: np.ndarray | None,
     c: backtest.Constants,
-    seed: int,
-    cap: int | None,
-    expired: Callable[[], bool],
-    left: Callable[[], float] | None,
     work: search.Work,
 ) -> tuple[np.ndarray, bool]:
     """(plan, whether cut short) of the search on normalised steps `w` [layers, S, E] (`raw`: their
     counts, for the smoothing) with constants `c`, from the best of its starts."""
-    experts = w.shape[-1]
+    experts, shape, prev = w.shape[-1], call.shape, call.prev
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
     with search.half_life(c.half_life):
@@ -312,20 +346,8 @@ def _comoe(
         starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
         # given the map in service, a move off it must lower the objective on each half of the steps
         halves = search.half_moments(w) if shape.dispatch == "even" and prev is not None else None
-        start = _best_start(starts, w, shape, prev_n, c.move_cost, moments, halves)
-        return _search(
-            start, w, shape, prev_n, c.move_cost, seed, cap, expired, moments, packed, halves, left, work
-        )
-
-
-def _eplb_of(
-    raw: np.ndarray, replicas: int, groups: int, nodes: int, prev: np.ndarray | None, shape: search.Shape
-) -> np.ndarray:
-    """EPLB's plan of raw steps [layers, S, E] (their sum), aligned to the map in service."""
-    plan = eplb_rebalance(raw.sum(axis=1), replicas, groups, nodes, shape.gpus)[0]
-    if prev is None:
-        return plan
-    return align_gpus(plan, prev, raw.shape[-1], shape.gpus, shape.nodes)
+        start = _best_start(starts, w, shape, call.prev_n, c.move_cost, moments, halves)
+        return _search(call, start, w, c.move_cost, moments, packed, halves, work)
 
 
 def _half_life(value: Any) -> float | str | None:
@@ -412,23 +434,18 @@ def align_gpus(plan: np.ndarray, previous: np.ndarray, experts: int, gpus: int, 
 
 
 def _search(
+    call: _Call,
     start: np.ndarray,
     w: np.ndarray,
-    shape: search.Shape,
-    prev_n: np.ndarray | None,
     move_cost: float,
-    seed: int,
-    cap: int | None,
-    expired: Callable[[], bool],
     moments: search.Moments | None = None,
     target: np.ndarray | None = None,
     halves: tuple[search.Moments, search.Moments] | None = None,
-    left: Callable[[], float] | None = None,
     work: search.Work | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """(plan, whether the work budget or the opt-in clock cut the search short); `left`: seconds
-    left of the clock's budget (None: no clock)."""
-    rng = np.random.default_rng(seed)
+    """(plan, whether the work budget or the opt-in clock cut the search short)."""
+    shape, prev_n, cap, expired = call.shape, call.prev_n, call.cap, call.expired
+    rng = np.random.default_rng(call.seed)
     work = search.Work() if work is None else work
     iterations = None if cap is None else -(-cap // search.CANDIDATES)
     if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
@@ -441,7 +458,7 @@ def _search(
             if passes is None and prev_n is not None:
                 passes = PASSES_GIVEN_PREVIOUS
             run: search.Search = moment_run
-            stopped = moment_run.descend(expired, passes, left)
+            stopped = moment_run.descend(expired, passes, call.left)
         else:
             run = search.Search(start, w, shape, prev_n, move_cost, rng, target=target)
             run.work = work
@@ -456,34 +473,32 @@ def _search(
             worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost, None)]
             plan[worse] = start[worse]
         return plan, stopped
-    return _pooled_search(start, w, shape, prev_n, move_cost, rng, iterations, expired, work)
+    return _pooled_search(call, start, w, move_cost, rng, iterations, work)
 
 
 def _pooled_search(
+    call: _Call,
     start: np.ndarray,
     w: np.ndarray,
-    shape: search.Shape,
-    prev_n: np.ndarray | None,
     move_cost: float,
     rng: np.random.Generator,
     iterations: int | None,
-    expired: Callable[[], bool],
     work: search.Work,
 ) -> tuple[np.ndarray, bool]:
     """`lp` on more GPUs than can be enumerated: the search runs on a pool of GPU sets (each GPU,
     all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
     and kept per layer only where it is better, so the plan is never worse, exactly, than `start`."""
     best = start.copy()
-    scored = _exact(best, w, shape, prev_n, move_cost, None, expired)
+    scored = _exact(call, best, w, move_cost, None)
     if scored is None:  # the min cuts of the start alone took the clock's budget
         return best, True
     value, pools = scored
     for _ in range(search.POOL_ROUNDS):
-        run = search.Search(best, w, shape, prev_n, move_cost, rng, pools=pools)
+        run = search.Search(best, w, call.shape, call.prev_n, move_cost, rng, pools=pools)
         run.work = work
-        if run.run(expired, iterations):
+        if run.run(call.expired, iterations):
             return best, True  # a round cut short is not checked: the last checked plan stands
-        scored = _exact(run.slots, w, shape, prev_n, move_cost, pools, expired)
+        scored = _exact(call, run.slots, w, move_cost, pools)
         if scored is None:
             return best, True
         better = scored[0] < value - 1e-12
@@ -492,27 +507,21 @@ def _pooled_search(
 
 
 def _exact(
-    plan: np.ndarray,
-    w: np.ndarray,
-    shape: search.Shape,
-    prev_n: np.ndarray | None,
-    move_cost: float,
-    pools: list[np.ndarray] | None,
-    expired: Callable[[], bool],
+    call: _Call, plan: np.ndarray, w: np.ndarray, move_cost: float, pools: list[np.ndarray] | None
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut; None
     when the opt-in clock's deadline passes first (the min cuts are not cut by work: a round's
     result is always checked)."""
-    n = search.replica_counts(plan, w.shape[-1], shape.gpus)
+    n = search.replica_counts(plan, w.shape[-1], call.shape.gpus)
     values, grown = np.empty(plan.shape[0]), []
     for layer in range(plan.shape[0]):
-        if expired():
+        if call.expired():
             return None
         spans, masks = unit_speed_bottlenecks(n[layer] > 0, w[layer])
         values[layer] = search.step_mean(spans)
-        base = search.base_pool(shape.gpus) if pools is None else pools[layer]
+        base = search.base_pool(call.shape.gpus) if pools is None else pools[layer]
         grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))
-    return values + move_cost * search.moved(n, prev_n), grown
+    return values + move_cost * search.moved(n, call.prev_n), grown
 
 
 def _objective(
