@@ -3,8 +3,10 @@
 Every module's imports are read with `ast` (imports inside functions count
 too: they are dependencies all the same). The rules: no import cycles,
 nothing imports the CLI, layers only import downwards, the data and
-statistics layers import no solver, and the slow and fast loops never import
-each other (they meet in the planning owner and the evaluator).
+statistics layers import no solver, the slow and fast loops never import
+each other (they meet in the planning owner and the evaluator), and the best
+split and the balancers sit below the slow loop (best_split < balancers <
+residency: a balancer sees counts and slots, never a `ResidencyProblem`).
 """
 
 from __future__ import annotations

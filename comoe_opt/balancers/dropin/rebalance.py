@@ -487,7 +487,13 @@ def _pooled_search(
 ) -> tuple[np.ndarray, bool]:
     """`lp` on more GPUs than can be enumerated: the search runs on a pool of GPU sets (each GPU,
     all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
-    and kept per layer only where it is better, so the plan is never worse, exactly, than `start`."""
+    and kept per layer only where it is better, so the plan is never worse, exactly, than `start`.
+
+    The slow loop's pooled search (residency/search/refine.py) grows its pool the same way, from
+    the same min cut (best_split/), but walks one layer at a time on the slow-loop objective
+    (NoP, misses, copies, leases, tenants' room) and undoes a stretch that did not help; this
+    one scores every layer at once on the steps' max/mean in float32, so the two share the cut
+    condition, not the loop."""
     best = start.copy()
     scored = _exact(call, best, w, move_cost, None)
     if scored is None:  # the min cuts of the start alone took the clock's budget
