@@ -65,8 +65,8 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
 # the best split costs about thirty times more to score
 BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
-# what the budget is counted in (dropin_search.Work: model nanoseconds of a typical machine, the
-# host and inputs of dropin_search.NS_PER_MOVE): our EPLB port's packing per layer and slot
+# what the budget is counted in (search.Work: model nanoseconds of a typical machine, the
+# host and inputs of search.NS_PER_MOVE): our EPLB port's packing per layer and slot
 # (1.8-3.8 us measured), and the starts' cost (moments, covariance-aware packing, alignment) per
 # layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
 EPLB_NS_PER_SLOT = 3300.0
@@ -316,7 +316,7 @@ def _plan_comoe(
 
 
 def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int) -> float:
-    """The search's default work budget (dropin_search.Work), from the input's shape alone:
+    """The search's default work budget (search.Work), from the input's shape alone:
     `BUDGET_TIMES_EPLB` times EPLB's packing at `EPLB_NS_PER_SLOT`, less (for `even`) the starts'
     cost at `START_NS_PER_CELL`. The search's first batch of moves runs whatever the budget."""
     budget = BUDGET_TIMES_EPLB[dispatch] * EPLB_NS_PER_SLOT * layers * replicas
