@@ -430,3 +430,21 @@ def level_bound(
     return LevelBound(
         float(bound), float(min(root, incumbent)), made, len(heap), not heap or least >= incumbent
     )
+
+
+def window_level_bound(
+    problem: ResidencyProblem,
+    prices: Prices,
+    class_values: np.ndarray | None = None,
+    *,
+    boxes: int = 1,
+    iterations: int = 200,
+) -> float:
+    """L(prices) with each layer's value the larger of `class_values[l]` (a proven bound of the
+    layer's priced problem; none: −inf) and its level bound (with `problem.constant_ms`)."""
+    classes = device_classes(problem)
+    values = np.full(problem.layers, -INF) if class_values is None else np.asarray(class_values, np.float64)
+    for layer in range(problem.layers):
+        found = level_bound(problem, prices, layer, boxes=boxes, iterations=iterations, classes=classes)
+        values[layer] = max(values[layer], found.bound)
+    return float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
