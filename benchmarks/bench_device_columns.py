@@ -33,8 +33,9 @@ from bench_certificate import GPTOSS, window_problem
 
 from comoe_opt.residency.decompose import ClassModel, Prices, class_lp_certificate, device_classes
 from comoe_opt.residency.device_columns import content_bound, layer_data, level_bound
-from comoe_opt.residency.group_bound import reduced_layer_values
+from comoe_opt.residency.group_bound import layer_problem, reduced_layer_values, scenario_groups
 from comoe_opt.residency.objective import layer_makespans
+from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.solve import solve
 
 
@@ -59,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=300, help="column generation rounds per box")
     ap.add_argument("--boxes", type=int, default=8, help="content bounds of the level search per layer")
     ap.add_argument("--box-seconds", type=float, default=120.0, help="time of the level search per layer")
+    ap.add_argument("--group-sizes", type=int, nargs="*", default=[], help="level search per scenario group")
+    ap.add_argument("--groups", type=int, default=2, help="groups of a seeded partition per size")
     args = ap.parse_args(argv)
     overrides = {} if args.scenarios is None else {"policy.balance_scenarios": args.scenarios}
     problem = window_problem(args.instance, args.window, overrides)
@@ -108,7 +111,33 @@ def main(argv: list[str] | None = None) -> int:
             f"| {placed:.4f} | {reduced[layer]:.4f} |",
             flush=True,
         )
+        for size in args.group_sizes:
+            group_rows(problem, prices, placement, layer, value, size, args)
     return 0
+
+
+def group_rows(problem, prices: Prices, placement, layer: int, value: float, size: int, args) -> None:
+    """The level search as a scenario group's solver (group_bound.py): the first `--groups` groups
+    of a seeded partition, each one layer on its scenarios, boxed by the placement's group value."""
+    found, placed, began = [], [], time.perf_counter()
+    for group in scenario_groups(problem.scenarios, size, 0)[: args.groups]:
+        sub = layer_problem(problem, layer, group)
+        own = float(reduced_layer_values(sub, prices, Placement(placement.resident[[layer]]))[0])
+        stop = time.perf_counter() + args.box_seconds
+        result = level_bound(
+            sub, prices, 0, incumbent=own, boxes=args.boxes, iterations=args.iterations, stop_at=stop
+        )
+        found.append(result)
+        placed.append(own)
+    per = (time.perf_counter() - began) / len(found)
+    closed = sum(r.closed for r in found)
+    mean = np.mean([r.bound for r in found])
+    print(
+        f"layer {layer}, groups of {size}: mean proven {mean:.4f} (closed {closed} of {len(found)}, "
+        f"boxes {[r.boxes for r in found]}), class value {value:.4f}, mean placement {np.mean(placed):.4f}, "
+        f"{per:.0f} s per group",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
