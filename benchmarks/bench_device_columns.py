@@ -32,9 +32,8 @@ import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
 from comoe_opt.residency.decompose import ClassModel, Prices, class_lp_certificate, device_classes
-from comoe_opt.residency.device_columns import content_bound, layer_data, level_bound
+from comoe_opt.residency.device_columns import content_bound, layer_data, level_bound, placement_columns
 from comoe_opt.residency.group_bound import layer_problem, reduced_layer_values, scenario_groups
-from comoe_opt.residency.objective import layer_makespans
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.solve import solve
 
@@ -100,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         search_s = time.perf_counter() - began
         at_star = content_bound(d, z_star, iterations=args.iterations)
-        z_placed = layer_makespans(problem.scenario_work_ms[:, layer], placement.resident[layer])
-        at_placed = content_bound(d, z_placed, iterations=args.iterations)
+        z_placed, columns = placement_columns(problem, classes, layer, placement.resident[layer])
+        at_placed = content_bound(d, z_placed * (1 + 1e-9), iterations=args.iterations, start=columns)
+        own = reduced[layer] - W / S * z_placed.sum()
+        ended = "converged" if at_placed.converged else "open"
+        print(f"layer {layer} at the placement's makespans, its chiplets as starting columns: content LP "
+              f"{at_placed.bound:.4f} .. {at_placed.master:.4f} ({ended}, {at_placed.iterations} rounds), "
+              f"the placement's content {own:.4f}", flush=True)  # fmt: skip
         star = W / S * z_star.sum() + at_star.master
         placed = W / S * z_placed.sum() + at_placed.master
         state = "converged" if at_star.converged else f"{at_star.iterations} rounds"

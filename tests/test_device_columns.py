@@ -6,6 +6,7 @@ has a time limit: the column generation and the level search end on counts."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -14,8 +15,16 @@ from hypothesis import strategies as st
 from test_decompose import optimum, scenario_problem, small_problems
 
 from comoe_opt.residency.decompose import Prices, class_lp_certificate, device_classes, lagrangian_value
-from comoe_opt.residency.device_columns import content_bound, layer_data, level_bound, window_level_bound
+from comoe_opt.residency.device_columns import (
+    content_bound,
+    layer_data,
+    level_bound,
+    placement_columns,
+    window_level_bound,
+)
+from comoe_opt.residency.group_bound import reduced_layer_values
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.solve import solve
 
 TOL = 1e-6
 
@@ -81,3 +90,18 @@ def test_a_column_generation_stopped_early_proves_no_more_than_at_convergence(p,
     assume(full.converged)
     assert early.bound <= full.master + TOL * max(1.0, abs(full.master))
     assert full.bound == pytest.approx(full.master, rel=1e-6, abs=1e-6)
+
+
+@settings(max_examples=8, deadline=None)
+@given(small_problems())
+def test_a_placements_chiplets_are_columns_at_its_own_makespans(p):
+    placement = solve(p, "milp", time_limit_s=math.inf).solution
+    assume(placement is not None)
+    classes, prices = device_classes(p), free(p)
+    data = layer_data(p, classes, prices, 0)
+    makespans, columns = placement_columns(p, classes, 0, placement.resident[0])
+    own = reduced_layer_values(p, prices, placement)[0] - p.batches / p.scenarios * makespans.sum()
+    found = content_bound(data, makespans * (1 + 1e-9), iterations=1, start=columns)
+    scale = max(1.0, abs(own))
+    assert found.master <= own + TOL * scale  # the placement is a point of the master
+    assert found.bound <= found.master + TOL * scale

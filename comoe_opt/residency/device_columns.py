@@ -43,6 +43,7 @@ from comoe_opt.highs import DirectModel
 from comoe_opt.residency.decompose import DeviceClasses, Prices, device_classes
 from comoe_opt.residency.group_bound import page_prices
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.shares import share_lp
 
 INF = math.inf
 PRICE_TOL = 1e-9  # a column enters when its reduced cost is below −PRICE_TOL · (1 + |master value|)
@@ -313,6 +314,29 @@ def spread(master: Master) -> None:
                            np.zeros((d.E, d.S)) if d.floating else None)  # fmt: skip
 
 
+def placement_columns(
+    problem: ResidencyProblem, classes: DeviceClasses, layer: int, resident: np.ndarray
+) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]]:
+    """A layer's placement [E, C] as columns: each chiplet's contents and its best shares in each
+    scenario (the share LP), and the placement's makespans [S] (every column fits them)."""
+    work = problem.scenario_work_ms[:, layer]  # [S, E, C]
+    E, C, S = problem.experts, problem.chiplets, problem.scenarios
+    shares = np.zeros((S, E, C))
+    makespans = np.zeros(S)
+    for s in range(S):
+        makespans[s], _, shares[s] = share_lp(work[s], resident)
+    held_anywhere = resident.any(axis=1)
+    idle = work.sum(axis=2) == 0  # [S, E]: no work to split; the master still wants it served
+    shares[idle] = np.where(held_anywhere[:, None], resident, np.arange(C)[None, :] == 0)[np.nonzero(idle)[1]]
+    columns = []
+    for c in range(C):
+        served = shares[:, :, c].T  # [E, S]
+        floating = np.where(held_anywhere[:, None], 0.0, served) if not problem.all_resident else None
+        hosted = np.where(resident[:, c, None], served, 0.0)
+        columns.append((int(classes.of[c]), resident[:, c].copy(), hosted, floating))
+    return makespans, columns
+
+
 @dataclass(frozen=True)
 class ContentBound:
     """C(b) from below (the Lagrangian bound of the last duals, best over the iterations)."""
@@ -325,12 +349,21 @@ class ContentBound:
 
 
 def content_bound(
-    data: _Layer, cap: np.ndarray, *, iterations: int = 200, stop_at: float | None = None
+    data: _Layer,
+    cap: np.ndarray,
+    *,
+    iterations: int = 200,
+    stop_at: float | None = None,
+    start: list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]] = (),
 ) -> ContentBound:
     """Column generation for C(cap): each round, every class's pricing problem; stops when no
-    column has a negative reduced cost, after `iterations` rounds, or at `stop_at`."""
+    column has a negative reduced cost, after `iterations` rounds, or at `stop_at`. `start`: more
+    starting columns (class, held [E], shares [E, S], floating shares or None), e.g. a placement's
+    chiplets (`placement_columns`); they change the master's value, never the bound's validity."""
     master = Master(data, cap)
     spread(master)
+    for column in start:
+        master.add_pattern(*column)
     best, value, done, rounds = -INF, INF, False, 0
     center = None  # the duals of the best Lagrangian bound so far (Wentges's stability centre)
     for rounds in range(1, iterations + 1):  # noqa: B007 - the count is reported
