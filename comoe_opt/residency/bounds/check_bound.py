@@ -262,8 +262,10 @@ class _Data:
             raise CertificateError(
                 f"certificate's constant {facts['constant_ms']} is not the problem's {self.constant}"
             )
-        self.speed = _speeds(p.scenario_work_ms)  # [C], chiplet 0 has speed 1
-        self.unit = p.scenario_work_ms[..., 0].transpose(1, 0, 2)  # [L, S, E] on chiplet 0
+        work = p.scenario_work_ms
+        assert work is not None  # _check_facts refused a problem without balance scenarios
+        self.speed = _speeds(work)  # [C], chiplet 0 has speed 1
+        self.unit = work[..., 0].transpose(1, 0, 2)  # [L, S, E] on chiplet 0
         self._classes(np.asarray(facts["classes_of"], dtype=np.int64))
         J = np.asarray(facts["count_columns"], dtype=np.int64)
         R = p.max_replicas
