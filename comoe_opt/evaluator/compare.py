@@ -114,6 +114,8 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "hindsight_limit_s": settings.hindsight_limit_s,
         "bound": {k: v for k, v in gaps.items() if k != "gaps"},
         "rows": rows,
+        # CoMoE's migration weight per window and, with policy.migration_weight = -1, the backtests
+        "migration_weight": runs["comoe"].weight_report() if "comoe" in runs else None,
         "imbalance": imbalance,
     }
 
@@ -426,7 +428,26 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['peer']} | {r['routing']} | {r['p50']:.3f} | {r['p95']:.3f} | {r['p99']:.3f}"
             f" | {r['balancedness_sglang']:.3f} | {r['balancedness_vllm']:.3f} | {copies} | {plan} | {gap} |"
         )
+    if result.get("migration_weight"):
+        lines += ["", weight_line(result["migration_weight"])]
     return "\n".join(lines)
+
+
+def weight_line(report: dict[str, Any]) -> str:
+    """CoMoE's migration weight per window, and what each backtest scored (mean held-out ms per
+    step, per candidate weight; the chosen one in bold)."""
+    per_window = " ".join(f"{w:g}" for w in report["per_window"])
+    line = f"CoMoE's policy.migration_weight per window: {per_window}."
+    for b in report["backtests"]:
+        scores = ", ".join(
+            (f"**{w}: {ms:.4g}**" if float(w) == b["weight"] else f"{w}: {ms:.4g}")
+            for w, ms in b["mean_ms"].items()
+        )
+        line += (
+            f" Backtest at window {b['window']} on windows {b['origins']} (held-out ms per step by weight:"
+            f" {scores}) chose {b['weight']:g}."
+        )
+    return line
 
 
 def _within(limit_s: float | None) -> str:
@@ -675,7 +696,7 @@ def frontier_markdown(result: dict[str, Any]) -> str:
     ]
     on_curve = {(p["copies"], p["p95"]) for p in result["curve"]}
     for p in [*result["comoe"], *result["dropin"], *result["peers"]]:
-        setting = f"{p['knob']} {p['value']:g}" if p["knob"] else "default"
+        setting = _setting(p)
         mark = "yes" if p["planner"] == "comoe" and (p["copies"], p["p95"]) in on_curve else ""
         lines.append(
             f"| {p['planner']} | {setting} | {p['copies']:.1f} | {p['p95']:.3f} | {p['routing']} | {mark} |"
@@ -692,10 +713,17 @@ def frontier_markdown(result: dict[str, Any]) -> str:
     gap = result["default_to_frontier"]
     d = result["default"]
     lines.append(
-        f"- CoMoE's default (migration_weight {d['value']:g}: {d['copies']:.1f} copies, P95 {d['p95']:.3f})"
+        f"- CoMoE's default ({_setting(d)}: {d['copies']:.1f} copies, P95 {d['p95']:.3f})"
         + (f" is {100 * gap:.2f}% above the frontier at its copies (target 1%)" if gap is not None else "")
     )
     return "\n".join(lines)
+
+
+def _setting(point: dict[str, Any]) -> str:
+    if not point["knob"]:
+        return "default"
+    auto = point["knob"] == "migration_weight" and point["value"] < 0
+    return f"{point['knob']} {point['value']:g}" + (" (chosen by backtest)" if auto else "")
 
 
 def plot_frontier(result: dict[str, Any], path: Path) -> None:

@@ -1,0 +1,175 @@
+"""CoMoE with `policy.migration_weight = -1` (chosen per window by the backtest, planning/backtest.py)
+against the peers, CoMoE at the fixed 0.2 and hindsight, per regime of the suite.
+
+The peers', fixed-0.2 and hindsight points are read from the suite's committed parts
+(`benchmarks/results/regimes/<regime>.json`, the same steps; every planner there runs on work
+limits, so the numbers do not depend on the machine); CoMoE is planned here twice: with the
+backtest charging each copy its whole link time (`policy.backtest_copy_share = 1`, the default) and
+with copies counted, not timed (share 0). `--check` re-plans the fixed 0.2 on one regime to show
+the committed points still hold.
+
+    .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--check C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+from machine import describe
+from regimes import PARTS, REGIMES, ROOT, slug
+
+from comoe_opt.evaluator import compare as cmp
+from comoe_opt.instance import Instance, load_instance, with_overrides
+from comoe_opt.planning import backtest
+from comoe_opt.trace import instance_batches, load_trace
+from comoe_opt.trace.batching import windows
+
+OUT = ROOT / "benchmarks" / "results" / "regimes-backtest"
+SHARES = (1.0, 0.0)  # policy.backtest_copy_share: whole copy time (the default), copies untimed
+
+
+def committed(key: str) -> dict[str, Any]:
+    """The suite's points for the regime: each peer's best routing, CoMoE at 0.2, hindsight."""
+    part = json.loads((PARTS / f"{slug(key)}.json").read_text(encoding="utf-8"))
+    result = part["compare"]
+    peers = [p for p in cmp.peer_points(result) if p.planner != "comoe"]
+    comoe = next(p for p in cmp.peer_points(result) if p.planner == "comoe")
+    hindsight = next(r["p95"] for r in result["rows"] if r["peer"] == "hindsight")
+    return {"steps": result["steps"], "peers": peers, "fixed": comoe, "hindsight": hindsight}
+
+
+def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) -> dict[str, Any]:
+    """CoMoE's point, plan time and weight report under `overrides`."""
+    chosen = with_overrides(instance, overrides, "regimes_backtest")
+    spans = windows(steps.shape[0], chosen.policy.window_batches)
+    began = time.perf_counter()
+    run = cmp.plan_peer(chosen, steps, spans, "comoe")
+    seconds = time.perf_counter() - began
+    point = cmp.best_point("comoe", "migration_weight", None, steps, spans, run)
+    report = run.weight_report()
+    backtests = len(report["backtests"])
+    return {
+        "p95": point.p95,
+        "copies": point.copies,
+        "routing": point.routing,
+        "plan_s": seconds,
+        "windows": len(spans),
+        # solves: one per window, and each backtest re-plans the origin at every candidate but the
+        # weight it was planned with (a work count, free of the machine's load)
+        "solves": len(spans) + backtests * (len(backtest.WEIGHTS) - 1),
+        "weights": report,
+    }
+
+
+def verdict(point: dict[str, Any], peers: list[cmp.FrontierPoint], hindsight: float) -> dict[str, Any]:
+    best = min(peers, key=lambda p: (p.p95, p.copies))
+    beaten = [p.planner for p in peers if point["p95"] <= p.p95 and point["copies"] <= p.copies]
+    half = best.p95 - (best.p95 - hindsight) / 2 if hindsight < best.p95 else None
+    return {
+        "beats": len(beaten),
+        "of": len(peers),
+        "not_beaten": [p.planner for p in peers if p.planner not in beaten],
+        "half_gap_target": half,
+        "half_gap_met": None if half is None else point["p95"] <= half + 1e-12,
+    }
+
+
+def run_regime(key: str) -> dict[str, Any]:
+    regime = next(r for r in REGIMES if r.key == key)
+    points = committed(key)
+    instance, trace = load_trace(load_instance(regime.path))
+    steps = cmp.step_counts(instance_batches(instance, trace))[: points["steps"]]
+    out: dict[str, Any] = {
+        "key": key,
+        "instance": str(regime.path.relative_to(ROOT)),
+        "steps": points["steps"],
+    }
+    out["peers"] = [p.__dict__ for p in points["peers"]]
+    out["fixed"] = points["fixed"].__dict__
+    out["hindsight"] = points["hindsight"]
+    out["fixed_verdict"] = verdict(out["fixed"], points["peers"], points["hindsight"])
+    for share in SHARES:
+        load = os.getloadavg()[0]
+        result = planned(
+            instance, steps, {"policy.migration_weight": backtest.AUTO, "policy.backtest_copy_share": share}
+        )
+        result["load"] = load
+        result["verdict"] = verdict(result, points["peers"], points["hindsight"])
+        out[f"share {share:g}"] = result
+        print(key, share, {k: v for k, v in result.items() if k != "weights"}, flush=True)
+    return out
+
+
+def check(key: str) -> dict[str, Any]:
+    """CoMoE at the instance's fixed weight re-planned now, beside the committed point."""
+    regime = next(r for r in REGIMES if r.key == key)
+    points = committed(key)
+    instance, trace = load_trace(load_instance(regime.path))
+    steps = cmp.step_counts(instance_batches(instance, trace))[: points["steps"]]
+    now = planned(instance, steps, {"policy.migration_weight": 0.2})
+    return {"key": key, "committed": points["fixed"].__dict__, "now": {k: now[k] for k in ("p95", "copies")}}
+
+
+def table(results: list[dict[str, Any]]) -> list[str]:
+    lines = [
+        "| regime | best peer: P95 (copies) | hindsight | CoMoE 0.2: P95 (copies), peers beaten"
+        " | backtest, share 1: P95 (copies), beaten, half-gap | weights per window"
+        " | backtest, share 0: P95 (copies), beaten, half-gap | weights per window | solves / window |",
+        "|---|---|---:|---|---|---|---|---|---:|",
+    ]
+    for r in results:
+        best = min(r["peers"], key=lambda p: (p["p95"], p["copies"]))
+        fixed, fv = r["fixed"], r["fixed_verdict"]
+        cells = [
+            r["key"],
+            f"{best['planner']} {best['p95']:.3f} ({best['copies']:.0f})",
+            f"{r['hindsight']:.3f}",
+            f"{fixed['p95']:.3f} ({fixed['copies']:.1f}), {fv['beats']}/{fv['of']}",
+        ]
+        for share in SHARES:
+            s = r[f"share {share:g}"]
+            v = s["verdict"]
+            half = "–" if v["half_gap_met"] is None else ("met" if v["half_gap_met"] else "missed")
+            cells.append(f"{s['p95']:.3f} ({s['copies']:.1f}), {v['beats']}/{v['of']}, {half}")
+            cells.append(" ".join(f"{w:g}" for w in s["weights"]["per_window"]))
+        share1 = r["share 1"]
+        cells.append(f"{share1['solves'] / share1['windows']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated regime keys")
+    parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the committed")
+    parser.add_argument("--collect", action="store_true", help="only the table, from the results present")
+    args = parser.parse_args(argv)
+    suite = [r.key for r in REGIMES if (PARTS / f"{slug(r.key)}.json").is_file()]
+    keys = args.only.split(",") if args.only else suite
+    OUT.mkdir(parents=True, exist_ok=True)
+    results = []
+    for key in keys:
+        path = OUT / f"{slug(key)}.json"
+        if args.collect:
+            if path.is_file():
+                results.append(json.loads(path.read_text(encoding="utf-8")))
+            continue
+        result = run_regime(key)
+        path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        results.append(result)
+    if args.check:
+        checked = check(args.check)
+        (OUT / "check.json").write_text(json.dumps(checked, indent=1) + "\n", encoding="utf-8")
+        print("check", checked, flush=True)
+    print("\n".join(table(results)))
+    print(describe())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
