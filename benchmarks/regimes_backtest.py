@@ -3,12 +3,12 @@ against the peers, CoMoE at the fixed 0.2 and hindsight, per regime of the suite
 
 The peers', fixed-0.2 and hindsight points are read from the suite's committed parts
 (`benchmarks/results/regimes/<regime>.json`, the same steps; every planner there runs on work
-limits, so the numbers do not depend on the machine); CoMoE is planned here twice: with the
-backtest charging each copy its whole link time (`policy.backtest_copy_share = 1`, the default) and
-with copies counted, not timed (share 0). `--check` re-plans the fixed 0.2 on one regime to show
-the committed points still hold.
+limits, so the numbers do not depend on the machine); CoMoE is planned here with the backtest at
+each copy share of `--shares`: 1 charges each copy its whole link time (the policy's default), 0
+counts copies without timing them. `--check` re-plans the fixed 0.2 on one regime to show the
+committed points still hold; `--collect` writes the table from the results present.
 
-    .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--check C]
+    .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C] [--collect]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,6 @@ from comoe_opt.trace import instance_batches, load_trace
 from comoe_opt.trace.batching import windows
 
 OUT = ROOT / "benchmarks" / "results" / "regimes-backtest"
-SHARES = (1.0, 0.0)  # policy.backtest_copy_share: whole copy time (the default), copies untimed
 
 
 def committed(key: str) -> dict[str, Any]:
@@ -79,21 +79,20 @@ def verdict(point: dict[str, Any], peers: list[cmp.FrontierPoint], hindsight: fl
     }
 
 
-def run_regime(key: str) -> dict[str, Any]:
+def run_regime(key: str, shares: tuple[float, ...], path: Path) -> dict[str, Any]:
+    """The regime's committed points and CoMoE with the backtest at each copy share (added to the
+    regime's earlier results in `path`, if any)."""
     regime = next(r for r in REGIMES if r.key == key)
     points = committed(key)
     instance, trace = load_trace(load_instance(regime.path))
     steps = cmp.step_counts(instance_batches(instance, trace))[: points["steps"]]
-    out: dict[str, Any] = {
-        "key": key,
-        "instance": str(regime.path.relative_to(ROOT)),
-        "steps": points["steps"],
-    }
+    out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    out.update(key=key, instance=str(regime.path.relative_to(ROOT)), steps=points["steps"])
     out["peers"] = [p.__dict__ for p in points["peers"]]
     out["fixed"] = points["fixed"].__dict__
     out["hindsight"] = points["hindsight"]
     out["fixed_verdict"] = verdict(out["fixed"], points["peers"], points["hindsight"])
-    for share in SHARES:
+    for share in shares:
         load = os.getloadavg()[0]
         result = planned(
             instance, steps, {"policy.migration_weight": backtest.AUTO, "policy.backtest_copy_share": share}
@@ -117,29 +116,40 @@ def check(key: str) -> dict[str, Any]:
 
 def table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
-        "| regime | best peer: P95 (copies) | hindsight | CoMoE 0.2: P95 (copies), peers beaten"
-        " | backtest, share 1: P95 (copies), beaten, half-gap | weights per window"
-        " | backtest, share 0: P95 (copies), beaten, half-gap | weights per window | solves / window |",
-        "|---|---|---:|---|---|---|---|---|---:|",
+        "| regime | best peer: P95 (copies) | hindsight | CoMoE | P95 | copies / re-plan | peers beaten"
+        " at no more copies | half the gap to hindsight | weight per window | solves / window |",
+        "|---|---|---:|---|---:|---:|---|---|---|---:|",
     ]
     for r in results:
         best = min(r["peers"], key=lambda p: (p["p95"], p["copies"]))
-        fixed, fv = r["fixed"], r["fixed_verdict"]
-        cells = [
+        head = [
             r["key"],
             f"{best['planner']} {best['p95']:.3f} ({best['copies']:.0f})",
             f"{r['hindsight']:.3f}",
-            f"{fixed['p95']:.3f} ({fixed['copies']:.1f}), {fv['beats']}/{fv['of']}",
         ]
-        for share in SHARES:
-            s = r[f"share {share:g}"]
-            v = s["verdict"]
+        rows = [("fixed 0.2 (the suite's run)", r["fixed"], r["fixed_verdict"], None)]
+        for key in sorted((k for k in r if k.startswith("share ")), key=lambda k: -float(k.split()[1])):
+            s = r[key]
+            rows.append((f"backtest, copy share {key.split()[1]}", s, s["verdict"], s))
+        for label, point, v, run in rows:
             half = "–" if v["half_gap_met"] is None else ("met" if v["half_gap_met"] else "missed")
-            cells.append(f"{s['p95']:.3f} ({s['copies']:.1f}), {v['beats']}/{v['of']}, {half}")
-            cells.append(" ".join(f"{w:g}" for w in s["weights"]["per_window"]))
-        share1 = r["share 1"]
-        cells.append(f"{share1['solves'] / share1['windows']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
+            beaten = f"{v['beats']}/{v['of']}" + (
+                f" (not {', '.join(v['not_beaten'])})" if v["not_beaten"] else ""
+            )
+            weights = "0.2" if run is None else " ".join(f"{w:g}" for w in run["weights"]["per_window"])
+            solves = "1.00" if run is None else f"{run['solves'] / run['windows']:.2f}"
+            cells = [
+                *head,
+                label,
+                f"{point['p95']:.3f}",
+                f"{point['copies']:.1f}",
+                beaten,
+                half,
+                weights,
+                solves,
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+            head = ["", "", ""]
     return lines
 
 
@@ -147,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated regime keys")
     parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the committed")
+    parser.add_argument("--shares", default="1,0", help="policy.backtest_copy_share values to run")
     parser.add_argument("--collect", action="store_true", help="only the table, from the results present")
     args = parser.parse_args(argv)
     suite = [r.key for r in REGIMES if (PARTS / f"{slug(r.key)}.json").is_file()]
@@ -159,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             if path.is_file():
                 results.append(json.loads(path.read_text(encoding="utf-8")))
             continue
-        result = run_regime(key)
+        result = run_regime(key, tuple(float(x) for x in args.shares.split(",")), path)
         path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         results.append(result)
     if args.check:
