@@ -6,9 +6,11 @@ The peers', fixed-0.2 and hindsight points are read from the suite's committed p
 limits, so the numbers do not depend on the machine); CoMoE is planned here with the backtest at
 each copy share of `--shares`: 1 charges each copy its whole link time (the policy's default), 0
 counts copies without timing them. `--check` re-plans the fixed 0.2 on one regime to show the
-committed points still hold; `--collect` writes the table from the results present.
+committed points still hold; `--collect` writes the table from the results present; `--whole
+INSTANCE` plans CoMoE on the instance's whole trace as the instance sets it.
 
     .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C] [--collect]
+    .venv/bin/python benchmarks/regimes_backtest.py --whole instances/real-gptoss20b.toml
 """
 
 from __future__ import annotations
@@ -114,6 +116,14 @@ def check(key: str) -> dict[str, Any]:
     return {"key": key, "committed": points["fixed"].__dict__, "now": {k: now[k] for k in ("p95", "copies")}}
 
 
+def whole_trace(path: Path) -> dict[str, Any]:
+    """CoMoE on every step of an instance's trace, planned as the instance says (no overrides)."""
+    instance, trace = load_trace(load_instance(path))
+    steps = cmp.step_counts(instance_batches(instance, trace))
+    load = os.getloadavg()[0]
+    return {**planned(instance, steps, {}), "load": load, "steps": int(steps.shape[0])}
+
+
 def table(results: list[dict[str, Any]]) -> list[str]:
     lines = [
         "| regime | best peer: P95 (copies) | hindsight | CoMoE | P95 | copies / re-plan | peers beaten"
@@ -153,14 +163,27 @@ def table(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _compared(path: Path) -> bool:
+    """Whether the suite's part for a regime holds a `compare` table (DeepSeek-V3's does not)."""
+    return path.is_file() and bool(json.loads(path.read_text(encoding="utf-8")).get("compare"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated regime keys")
     parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the committed")
     parser.add_argument("--shares", default="1,0", help="policy.backtest_copy_share values to run")
+    parser.add_argument("--whole", type=Path, help="an instance: CoMoE on its whole trace, as it is set")
     parser.add_argument("--collect", action="store_true", help="only the table, from the results present")
     args = parser.parse_args(argv)
-    suite = [r.key for r in REGIMES if (PARTS / f"{slug(r.key)}.json").is_file()]
+    if args.whole:
+        whole = whole_trace(args.whole)
+        (OUT / f"{args.whole.stem}-whole.json").write_text(
+            json.dumps(whole, indent=1) + "\n", encoding="utf-8"
+        )
+        print(json.dumps({k: v for k, v in whole.items() if k != "weights"}))
+        return 0
+    suite = [r.key for r in REGIMES if _compared(PARTS / f"{slug(r.key)}.json")]
     keys = args.only.split(",") if args.only else suite
     OUT.mkdir(parents=True, exist_ok=True)
     results = []
@@ -178,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         (OUT / "check.json").write_text(json.dumps(checked, indent=1) + "\n", encoding="utf-8")
         print("check", checked, flush=True)
     print("\n".join(table(results)))
+    loads = [
+        f"{r['key']} share {k.split()[1]}: {r[k]['load']:.1f} ({r[k]['plan_s']:.0f} s planning)"
+        for r in results
+        for k in sorted(r)
+        if k.startswith("share ")
+    ]
+    print("\nLoad average (2 cores) when each run began, and its planning seconds: " + "; ".join(loads) + ".")
     print(describe())
     return 0
 
