@@ -148,3 +148,15 @@ def test_compare_reports_the_backtest():
     assert len(report["per_window"]) == 4 and report["backtests"][0]["window"] == backtest.FIRST_WINDOW
     assert set(report["backtests"][0]["mean_ms"]) == {f"{w:g}" for w in WEIGHTS}
     assert "policy.migration_weight per window" in markdown(result)
+
+
+def test_solve_rolling_reports_the_weight(write_toml, cli):
+    table = small_table()
+    table["trace"].update(micro_batches=16)
+    table["policy"].update(window_batches=4, migration_weight=-1, anneal_proposals=0, search_moves=20)
+    rows = cli("solve", write_toml(table), "--rolling", "--method", METHOD, "--json").json()["windows"]
+    weights = [row["migration_weight"] for row in rows]
+    assert [w["weight"] for w in weights[: backtest.FIRST_WINDOW]] == [backtest.PRIOR] * backtest.FIRST_WINDOW
+    chosen = weights[backtest.FIRST_WINDOW]
+    assert chosen["chosen_at"] == backtest.FIRST_WINDOW and chosen["weight"] in WEIGHTS
+    assert set(chosen["mean_ms"]) == {f"{w:g}" for w in WEIGHTS}
