@@ -160,3 +160,12 @@ def test_solve_rolling_reports_the_weight(write_toml, cli):
     chosen = weights[backtest.FIRST_WINDOW]
     assert chosen["chosen_at"] == backtest.FIRST_WINDOW and chosen["weight"] in WEIGHTS
     assert set(chosen["mean_ms"]) == {f"{w:g}" for w in WEIGHTS}
+
+
+def test_a_planner_that_prices_no_copy_runs_no_backtest(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("EPLB re-plans from scratch: no weight to choose")
+
+    monkeypatch.setattr(backtest, "held_out", fail)
+    plans = list(rolling_horizon(_instance(), _steps(4, hot_from=1), "eplb"))
+    assert {(p.weight.weight, p.weight.chosen_at) for p in plans} == {(backtest.PRIOR, None)}

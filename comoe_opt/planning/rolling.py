@@ -23,7 +23,7 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
-from comoe_opt.planning.backtest import WeightBacktest, WeightChoice
+from comoe_opt.planning.backtest import PRIOR, WeightBacktest, WeightChoice
 from comoe_opt.planning.window import Plan, plan_window, steps_demand
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
@@ -116,7 +116,10 @@ def rolling_horizon(
     leased_at: list[np.ndarray | None] = []
     served: list[Placement] = []
     planned_with: list[float] = []
-    backtest = WeightBacktest(instance, terms, history.counts) if policy.migration_weight < 0 else None
+    # a method that re-plans from scratch (EPLB, the engines' balancers) prices no copy: no backtest
+    auto = policy.migration_weight < 0
+    backtest = WeightBacktest(instance, terms, history.counts) if auto and keeps_leases(method) else None
+    fixed = PRIOR if auto else policy.migration_weight
 
     def span_of(w: int) -> tuple[int, int]:
         return spans[w] if foresight else history_span(spans, w, policy.history_windows)
@@ -141,7 +144,7 @@ def rolling_horizon(
     for w, (start, stop) in enumerate(spans):
         leased_at.append(leases.active(w) if keeps_leases(method) else None)
         if backtest is None:
-            choice = WeightChoice(w, policy.migration_weight, None)
+            choice = WeightChoice(w, fixed, None)
         else:
             choice = backtest.weight_for(w, spans, served, planned_with, replan)
         window_plan = plan(w, choice.weight)
