@@ -10,7 +10,7 @@ committed points still hold; `--collect` writes the table from the results prese
 INSTANCE` plans CoMoE on the instance's whole trace as the instance sets it.
 
     .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C] [--collect]
-    .venv/bin/python benchmarks/regimes_backtest.py --whole instances/real-gptoss20b.toml
+    .venv/bin/python benchmarks/regimes_backtest.py --whole instances/real-gptoss20b.toml [--weight 0.2]
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) ->
     """CoMoE's point, plan time and weight report under `overrides`."""
     chosen = with_overrides(instance, overrides, "regimes_backtest")
     spans = windows(steps.shape[0], chosen.policy.window_batches)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     run = cmp.plan_peer(chosen, steps, spans, "comoe")
-    seconds = time.perf_counter() - began
+    seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
     point = cmp.best_point("comoe", "migration_weight", None, steps, spans, run)
     report = run.weight_report()
     backtests = len(report["backtests"])
@@ -60,6 +60,7 @@ def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) ->
         "copies": point.copies,
         "routing": point.routing,
         "plan_s": seconds,
+        "plan_cpu_s": cpu_seconds,  # this process's CPU time: less sensitive to others' load
         "windows": len(spans),
         # solves: one per window, and each backtest re-plans the origin at every candidate but the
         # weight it was planned with (a work count, free of the machine's load)
@@ -116,12 +117,12 @@ def check(key: str) -> dict[str, Any]:
     return {"key": key, "committed": points["fixed"].__dict__, "now": {k: now[k] for k in ("p95", "copies")}}
 
 
-def whole_trace(path: Path) -> dict[str, Any]:
-    """CoMoE on every step of an instance's trace, planned as the instance says (no overrides)."""
+def whole_trace(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """CoMoE on every step of an instance's trace, planned as the instance says (or `overrides`)."""
     instance, trace = load_trace(load_instance(path))
     steps = cmp.step_counts(instance_batches(instance, trace))
     load = os.getloadavg()[0]
-    return {**planned(instance, steps, {}), "load": load, "steps": int(steps.shape[0])}
+    return {**planned(instance, steps, overrides), "load": load, "steps": int(steps.shape[0])}
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
@@ -174,13 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the committed")
     parser.add_argument("--shares", default="1,0", help="policy.backtest_copy_share values to run")
     parser.add_argument("--whole", type=Path, help="an instance: CoMoE on its whole trace, as it is set")
+    parser.add_argument("--weight", type=float, help="--whole: a fixed policy.migration_weight instead")
     parser.add_argument("--collect", action="store_true", help="only the table, from the results present")
     args = parser.parse_args(argv)
     if args.whole:
-        whole = whole_trace(args.whole)
-        (OUT / f"{args.whole.stem}-whole.json").write_text(
-            json.dumps(whole, indent=1) + "\n", encoding="utf-8"
-        )
+        fixed = {} if args.weight is None else {"policy.migration_weight": args.weight}
+        whole = whole_trace(args.whole, fixed)
+        name = f"{args.whole.stem}-whole" + ("" if args.weight is None else f"-fixed-{args.weight:g}")
+        (OUT / f"{name}.json").write_text(json.dumps(whole, indent=1) + "\n", encoding="utf-8")
         print(json.dumps({k: v for k, v in whole.items() if k != "weights"}))
         return 0
     suite = [r.key for r in REGIMES if _compared(PARTS / f"{slug(r.key)}.json")]
