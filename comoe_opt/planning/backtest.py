@@ -51,7 +51,7 @@ PRIOR = 0.1
 # from, so re-planning it never moves a page whatever the weight)
 FIRST_WINDOW = 3
 # extra solves per planned window the backtest may add: planning time grows at most ~1.4x (the
-# GPT-OSS evaluation's planning budget, issue 32, allows ~1.5x)
+# planning budget of the GPT-OSS evaluation, a median of 3 s per window, allows ~1.5x)
 EXTRA_SOLVES = 0.4
 EVERY = math.ceil((len(WEIGHTS) - 1) / EXTRA_SOLVES)  # windows between backtests (10)
 POOLED_ORIGINS = 3  # origins whose held-out scores a choice pools
