@@ -44,8 +44,9 @@ class Regime:
     steps: int  # the first N steps are run (bounded: the suite must end in well under an hour)
     target: str  # the figures the regime is calibrated to (or "assumed")
     frontier: bool = True  # False where the sweep would not fit the suite's time
-    # policy.migration_weight values the suite sweeps (the instance's 0.2 is added): fewer than
-    # `compare --frontier` (each point re-plans every window), from free copies to 5x the default
+    # policy.migration_weight values the suite sweeps (the instance's own default is added: -1, the
+    # weight chosen per window by backtest): fewer than `compare --frontier` (each point re-plans
+    # every window), from free copies to the copies' whole time
     weights: tuple[float, ...] = (0.0, 0.05, 1.0)
 
 
@@ -439,7 +440,8 @@ def collect(output: Path) -> None:
         " it is calibrated to), the issue's targets marked met or missed, `compare`'s table (every peer"
         " under every routing, the oracle and hindsight; no milp bound), the drop-in replay against"
         " the EPLB port, and the copies–balance frontier (CoMoE over `policy.migration_weight`,"
-        " the values in each regime's table and the instance's 0.2, the drop-in over `move_cost`"
+        " the values in each regime's table and the instance's default, -1, the weight chosen per"
+        " window by backtest; the drop-in over `move_cost`"
         f" {', '.join(map(str, SUITE_MOVE_COSTS))}). `benchmarks/regimes.py`; each regime's part is in"
         " `benchmarks/results/regimes/`.",
         "",

@@ -325,7 +325,20 @@ class Policy:
         "share of a prefetched page's load time still paid (bandwidth contention)", ge=0, le=1, default=0.2
     )
     migration_weight: float = param(
-        "weight of page-copy time against per-batch latency in the slow-loop objective", ge=0, default=1.0
+        "weight of page-copy time against per-batch latency in the slow-loop objective (-1 = chosen per "
+        "window by a rolling-origin backtest on the windows already served, planning/backtest.py; "
+        "the rolling horizon reports the choice)",
+        ge=-1,
+        default=1.0,
+    )
+    backtest_copy_share: float = param(
+        "migration_weight = -1: share of a re-plan copy's link time (costs.replan_copy_ms) the backtest "
+        "charges against held-out balance (1 = all of it, the planning objective at weight 1; 0 = copies "
+        "counted, not timed: the backtest then keeps the fewest copies whose held-out balance is within "
+        "one standard error of the best)",
+        ge=0,
+        le=1,
+        default=1.0,
     )
     lease_windows: int = param(
         "windows a newly copied replica stays before it may be evicted (hysteresis)", ge=0, default=1
@@ -508,6 +521,8 @@ def instance_from_table(table: dict[str, Any], source: str | Path) -> Instance:
     runtime = build(Runtime, table.get("runtime", {}), source, "runtime")
     if policy.theta_low > policy.theta_high:
         raise InputError(source, "policy.theta_low", f"must be <= theta_high ({policy.theta_high})")
+    if -1 < policy.migration_weight < 0:
+        raise InputError(source, "policy.migration_weight", "must be >= 0, or -1 (chosen by backtest)")
     _check_sizes(model, hardware, trace, source)
     Costs.of(model, hardware, source)  # derived times and pages in range, or the keys named
     path = Path(os.path.abspath(source))  # relative paths inside resolve against its folder (as typed:

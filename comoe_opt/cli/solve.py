@@ -87,9 +87,15 @@ def _rolling(
     for plan in rolling_horizon(instance, batches, args.method, time_limit_s=limit):
         row = {"window": plan.window, "start": plan.start, "stop": plan.stop, **_result_dict(plan.result)}
         row["pages_moved"] = plan.pages_moved
+        row["migration_weight"] = plan.weight.to_dict()  # with the backtest behind it, where one ran
         rows.append(row)
         span = f"[{plan.start}, {plan.stop})"
-        lines.append(f"window {plan.window:>3} {span}  {plan.result.summary()}  moved {plan.pages_moved}")
+        weight = f"  weight {plan.weight.weight:g}" + (
+            " (backtest)" if plan.weight.chosen_at is not None else ""
+        )
+        lines.append(
+            f"window {plan.window:>3} {span}  {plan.result.summary()}  moved {plan.pages_moved}{weight}"
+        )
     moved = [r["pages_moved"] for r in rows[1:]]
     if moved:
         lines.append(

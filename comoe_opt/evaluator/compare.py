@@ -37,15 +37,16 @@ from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import COMPARE_PEERS
 from comoe_opt.instance import Instance, with_overrides
-from comoe_opt.planning.rolling import Leases, keeps_leases, reproducible_limit
-from comoe_opt.planning.window import plan_window
+from comoe_opt.planning.backtest import WeightChoice
+from comoe_opt.planning.rolling import reproducible_limit, rolling_horizon
+from comoe_opt.planning.window import plan_window, steps_demand
 from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
 from comoe_opt.residency.solve import solve
-from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts
-from comoe_opt.trace.batching import MicroBatches, history_span, windows
+from comoe_opt.stats.demand import step_counts  # noqa: F401  (compare's callers take it from here)
+from comoe_opt.trace.batching import history_span, windows
 
 ROUTINGS = ("even", "lp", "flow")
 METHOD = {"comoe": "milp"}  # a peer's slow-loop method, where it differs from its name
@@ -70,6 +71,14 @@ class PeerRun:
     placements: list[Placement] = field(default_factory=list)
     copies: list[int] = field(default_factory=list)
     plan_s: list[float] = field(default_factory=list)
+    weights: list[WeightChoice] = field(default_factory=list)  # the migration weight per window
+
+    def weight_report(self) -> dict[str, Any]:
+        """The weight each window was planned with and the backtests that chose them (JSON)."""
+        return {
+            "per_window": [c.weight for c in self.weights],
+            "backtests": [c.to_dict() for c in self.weights if c.chosen_at == c.window],
+        }
 
 
 def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:
@@ -104,16 +113,10 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "hindsight_limit_s": settings.hindsight_limit_s,
         "bound": {k: v for k, v in gaps.items() if k != "gaps"},
         "rows": rows,
+        # CoMoE's migration weight per window and, with policy.migration_weight = -1, the backtests
+        "migration_weight": runs["comoe"].weight_report() if "comoe" in runs else None,
         "imbalance": imbalance,
     }
-
-
-def step_counts(batches: MicroBatches) -> np.ndarray:
-    """[steps, layers, experts] selections of each expert in each micro-batch (decode step)."""
-    n, layers, experts = batches.batches, batches.layers, batches.num_experts
-    flat = batches.experts.reshape(n, -1, layers, batches.top_k).astype(np.int64)
-    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * experts
-    return np.bincount((keys + flat).ravel(), minlength=n * layers * experts).reshape(n, layers, experts)
 
 
 def _checked(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarray:
@@ -130,48 +133,26 @@ def _checked(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarray:
     return steps
 
 
-def window_demand_of(instance: Instance, steps: np.ndarray) -> WindowDemand:
-    """What a window is planned on: its steps' counts (a trace's or a dump's alike)."""
-    demand = demand_from_step_counts(
-        steps,
-        instance.trace.tokens_per_batch,
-        instance.model.top_k,
-        instance.policy.balance_scenarios,
-        instance.policy.balance_scenario_model,
-        instance.policy.scenario_pseudo_steps,
-    )
-    whole = np.round(steps).astype(np.int64)
-    return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
+# what a window is planned on from its steps' counts (kept under compare's name for its callers)
+window_demand_of = steps_demand
 
 
 def plan_peer(instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], peer: str) -> PeerRun:
-    """The peer's plan of every window from the windows before it (the first on itself)."""
+    """The peer's plan of every window from the windows before it (the first on itself): the
+    rolling horizon's loop on the steps' counts, on the work limits of an evaluation."""
     method = METHOD.get(peer, peer)
     terms = TERMS if peer == "comoe" else ENGINE_TERMS
-    leases = Leases(instance.policy.lease_windows)
-    run, previous = PeerRun(), None
-    for w, (start, stop) in enumerate(spans):
-        history = history_span(spans, w, instance.policy.history_windows)
-        leased = leases.active(w) if keeps_leases(method) else None
-        began = time.perf_counter()
-        plan = plan_window(
-            instance,
-            window_demand_of(instance, steps[history[0] : history[1]]),
-            previous,
-            leased,
-            method=method,
-            terms=terms,
-            batches=stop - start,
-            time_limit_s=reproducible_limit(method),
-        )
-        placement = plan.result.solution
-        if placement is None:
-            raise ComoeError(f"window {w}: {method} found no placement ({plan.result.status.value})")
+    plans = rolling_horizon(instance, steps, method, terms=terms, time_limit_s=reproducible_limit(method))
+    run = PeerRun()
+    began = time.perf_counter()
+    for plan in plans:  # each window's time includes its backtest, where one ran
         run.plan_s.append(time.perf_counter() - began)
-        run.copies.append(placement.pages_moved_from(previous))
-        run.placements.append(placement)
-        leases.renew(w, placement, previous)
-        previous = placement
+        run.copies.append(plan.pages_moved)
+        run.placements.append(plan.placement)
+        run.weights.append(plan.weight)
+        began = time.perf_counter()
+    if len(run.placements) != len(spans):
+        raise ComoeError(f"{peer}: planned {len(run.placements)} windows, the steps make {len(spans)}")
     return run
 
 
@@ -446,7 +427,26 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['peer']} | {r['routing']} | {r['p50']:.3f} | {r['p95']:.3f} | {r['p99']:.3f}"
             f" | {r['balancedness_sglang']:.3f} | {r['balancedness_vllm']:.3f} | {copies} | {plan} | {gap} |"
         )
+    if result.get("migration_weight"):
+        lines += ["", weight_line(result["migration_weight"])]
     return "\n".join(lines)
+
+
+def weight_line(report: dict[str, Any]) -> str:
+    """CoMoE's migration weight per window, and what each backtest scored (mean held-out ms per
+    step, per candidate weight; the chosen one in bold)."""
+    per_window = " ".join(f"{w:g}" for w in report["per_window"])
+    line = f"CoMoE's policy.migration_weight per window: {per_window}."
+    for b in report["backtests"]:
+        scores = ", ".join(
+            (f"**{w}: {ms:.4g}**" if float(w) == b["weight"] else f"{w}: {ms:.4g}")
+            for w, ms in b["mean_ms"].items()
+        )
+        line += (
+            f" Backtest at window {b['window']} on windows {b['origins']} (held-out ms per step by weight:"
+            f" {scores}) chose {b['weight']:g}."
+        )
+    return line
 
 
 def _within(limit_s: float | None) -> str:
@@ -695,7 +695,7 @@ def frontier_markdown(result: dict[str, Any]) -> str:
     ]
     on_curve = {(p["copies"], p["p95"]) for p in result["curve"]}
     for p in [*result["comoe"], *result["dropin"], *result["peers"]]:
-        setting = f"{p['knob']} {p['value']:g}" if p["knob"] else "default"
+        setting = _setting(p)
         mark = "yes" if p["planner"] == "comoe" and (p["copies"], p["p95"]) in on_curve else ""
         lines.append(
             f"| {p['planner']} | {setting} | {p['copies']:.1f} | {p['p95']:.3f} | {p['routing']} | {mark} |"
@@ -712,10 +712,17 @@ def frontier_markdown(result: dict[str, Any]) -> str:
     gap = result["default_to_frontier"]
     d = result["default"]
     lines.append(
-        f"- CoMoE's default (migration_weight {d['value']:g}: {d['copies']:.1f} copies, P95 {d['p95']:.3f})"
+        f"- CoMoE's default ({_setting(d)}: {d['copies']:.1f} copies, P95 {d['p95']:.3f})"
         + (f" is {100 * gap:.2f}% above the frontier at its copies (target 1%)" if gap is not None else "")
     )
     return "\n".join(lines)
+
+
+def _setting(point: dict[str, Any]) -> str:
+    if not point["knob"]:
+        return "default"
+    auto = point["knob"] == "migration_weight" and point["value"] < 0
+    return f"{point['knob']} {point['value']:g}" + (" (chosen by backtest)" if auto else "")
 
 
 def plot_frontier(result: dict[str, Any], path: Path) -> None:

@@ -6,6 +6,11 @@ w−1, and then serves window w. The first window is planned on itself (a
 profiling window). A page copied in window w is leased until window
 w + 1 + `lease_windows`: it cannot be evicted before, which keeps the plan
 from thrashing (hysteresis), together with the copy cost in the objective.
+With `policy.migration_weight = -1` that copy price is chosen window by window
+by a backtest on windows already served (planning/backtest.py).
+
+The history is a trace's micro-batches (`evaluate`, `solve`) or per-step
+selection counts [steps, layers, experts] (`compare`): the same loop plans both.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
-from comoe_opt.planning.window import Plan, plan_window
+from comoe_opt.planning.backtest import PRIOR, WeightBacktest, WeightChoice
+from comoe_opt.planning.window import Plan, plan_window, steps_demand
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS
 from comoe_opt.residency.report import ResidencyResult
+from comoe_opt.stats.demand import WindowDemand, step_counts
 from comoe_opt.trace.batching import MicroBatches, history_span, windows
 
 
@@ -34,6 +41,7 @@ class WindowPlan:
     planned_on: tuple[int, int]  # micro-batches whose statistics the plan used
     plan: Plan
     pages_moved: int
+    weight: WeightChoice  # the migration weight it was planned with, and what chose it
 
     @property
     def result(self) -> ResidencyResult:
@@ -65,9 +73,32 @@ class Leases:
         self.until = np.where(new, window + 1 + self.lease_windows, kept)
 
 
+class History:
+    """What a window is planned on and scored on: micro-batches or per-step counts [T, L, E]."""
+
+    def __init__(self, instance: Instance, source: MicroBatches | np.ndarray):
+        self.instance = instance
+        self.source = source
+
+    @property
+    def steps(self) -> int:
+        return self.source.batches if isinstance(self.source, MicroBatches) else int(self.source.shape[0])
+
+    def planning(self, start: int, stop: int) -> MicroBatches | WindowDemand:
+        if isinstance(self.source, MicroBatches):
+            return self.source.window(start, stop)
+        return steps_demand(self.instance, self.source[start:stop])
+
+    def counts(self, start: int, stop: int) -> np.ndarray:
+        """[n, L, E] selections of each step."""
+        if isinstance(self.source, MicroBatches):
+            return step_counts(self.source.window(start, stop))
+        return np.asarray(self.source[start:stop])
+
+
 def rolling_horizon(
     instance: Instance,
-    batches: MicroBatches,
+    batches: MicroBatches | np.ndarray,
     method: str = "milp",
     *,
     terms: frozenset[str] = TERMS,
@@ -75,32 +106,63 @@ def rolling_horizon(
     foresight: bool = False,
 ) -> Iterator[WindowPlan]:
     """Plan every window in turn, lazily: one `WindowPlan` per window of `policy.window_batches`.
+    `batches`: micro-batches, or per-step selection counts [steps, layers, experts].
 
     With `foresight` each window is planned on itself (an oracle's limit, not a policy)."""
     policy = instance.policy
-    spans = windows(batches.batches, policy.window_batches)
+    history = History(instance, batches)
+    spans = windows(history.steps, policy.window_batches)
     leases = Leases(policy.lease_windows)
-    previous: Placement | None = None
-    for w, (start, stop) in enumerate(spans):
-        history = (start, stop) if foresight else history_span(spans, w, policy.history_windows)
-        leased = leases.active(w) if keeps_leases(method) else None
-        plan = plan_window(
+    leased_at: list[np.ndarray | None] = []
+    served: list[Placement] = []
+    planned_with: list[float] = []
+    # a method that re-plans from scratch (EPLB, the engines' balancers) prices no copy: no backtest
+    auto = policy.migration_weight < 0
+    backtest = WeightBacktest(instance, terms, history.counts) if auto and keeps_leases(method) else None
+    fixed = PRIOR if auto else policy.migration_weight
+
+    def span_of(w: int) -> tuple[int, int]:
+        return spans[w] if foresight else history_span(spans, w, policy.history_windows)
+
+    def plan(w: int, weight: float, limit_s: float | None = time_limit_s) -> Plan:
+        return plan_window(
             instance,
-            batches.window(*history),
-            previous,
-            leased,
+            history.planning(*span_of(w)),
+            served[w - 1] if w else None,
+            leased_at[w],
             method=method,
             terms=terms,
-            batches=stop - start,
-            time_limit_s=time_limit_s,
+            batches=spans[w][1] - spans[w][0],
+            time_limit_s=limit_s,
+            migration_weight=weight,
         )
-        placement = plan.result.solution
-        if placement is None:
-            status = plan.result.status.value
-            raise ComoeError(f"window {w}: {method} found no placement ({status}); try another method")
-        yield WindowPlan(w, start, stop, history, plan, placement.pages_moved_from(previous))
+
+    def replan(w: int, weight: float) -> Placement:
+        """Window `w` planned again at `weight` (the backtest's, on work limits as evaluations)."""
+        return _placement(plan(w, weight, reproducible_limit(method)), w, method)
+
+    for w, (start, stop) in enumerate(spans):
+        leased_at.append(leases.active(w) if keeps_leases(method) else None)
+        if backtest is None:
+            choice = WeightChoice(w, fixed, None)
+        else:
+            choice = backtest.weight_for(w, spans, served, planned_with, replan)
+        window_plan = plan(w, choice.weight)
+        placement = _placement(window_plan, w, method)
+        previous = served[w - 1] if w else None
+        moved = placement.pages_moved_from(previous)
+        yield WindowPlan(w, start, stop, span_of(w), window_plan, moved, choice)
         leases.renew(w, placement, previous)
-        previous = placement
+        served.append(placement)
+        planned_with.append(choice.weight)
+
+
+def _placement(plan: Plan, w: int, method: str) -> Placement:
+    placement = plan.result.solution
+    if placement is None:
+        status = plan.result.status.value
+        raise ComoeError(f"window {w}: {method} found no placement ({status}); try another method")
+    return placement
 
 
 def keeps_leases(method: str) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from comoe_opt.deadline import Deadline
+from comoe_opt.errors import ComoeError
 from comoe_opt.formats.counts import read_step_counts
 from comoe_opt.instance import Instance
 from comoe_opt.residency.placement import Placement
@@ -51,6 +52,7 @@ def plan_window(
     batches: int | None = None,
     time_limit_s: float | None = None,
     mip_gap: float | None = None,
+    migration_weight: float | None = None,
 ) -> Plan:
     """Plan residency from `history` (micro-batches, or a demand built from load counts).
 
@@ -59,7 +61,10 @@ def plan_window(
     will serve (default: as many as it was planned on). Time limit and gap
     default to the instance's policy; the time limit starts here, so that
     building the problem counts against it (report phase `problem`).
+    `migration_weight` overrides the policy's (the rolling horizon's choice
+    when the policy leaves it to the backtest, -1).
     """
+    instance = priced(instance, migration_weight, previous)
     policy = instance.policy
     deadline = Deadline(policy.time_limit_s if time_limit_s is None else time_limit_s)
     graph = None
@@ -72,6 +77,38 @@ def plan_window(
         problem = residency_problem(instance, demand, previous, leased=leased, terms=terms, batches=batches)
     result = solve(problem, method, mip_gap=policy.mip_gap if mip_gap is None else mip_gap, deadline=deadline)
     return Plan(result, problem, demand, graph)
+
+
+def priced(instance: Instance, migration_weight: float | None, previous: Placement | None) -> Instance:
+    """The instance planning with `migration_weight` (None: the policy's). A weight left to the
+    backtest (negative) is chosen by the rolling horizon; a lone window has copies only against a
+    `previous` placement, and then needs a weight."""
+    policy = instance.policy
+    weight = policy.migration_weight if migration_weight is None else migration_weight
+    if weight < 0 and previous is not None:
+        raise ComoeError(
+            "policy.migration_weight = -1 (chosen by backtest) plans through the rolling horizon;"
+            " give a weight >= 0 to plan one window against a previous placement"
+        )
+    if weight == policy.migration_weight:
+        return instance
+    return dataclasses.replace(instance, policy=dataclasses.replace(policy, migration_weight=weight))
+
+
+def steps_demand(instance: Instance, steps: np.ndarray) -> WindowDemand:
+    """What a window is planned on from per-step selection counts [n, L, E] (a trace's or a load
+    dump's alike): the policy's balance scenarios, the whole counts as EPLB's load."""
+    policy = instance.policy
+    demand = demand_from_step_counts(
+        steps,
+        instance.trace.tokens_per_batch,
+        instance.model.top_k,
+        policy.balance_scenarios,
+        policy.balance_scenario_model,
+        policy.scenario_pseudo_steps,
+    )
+    whole = np.round(steps).astype(np.int64)
+    return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
 
 
 def counts_history(instance: Instance, path: str | Path) -> tuple[WindowDemand, np.ndarray]:
