@@ -146,32 +146,51 @@ class DirectModel:
         self.h = highspy.Highs()
         self.h.setOptionValue("output_flag", False)
         self.h.setOptionValue("random_seed", 0)
+        # queued until `flush`: HiGHS takes many columns or rows in one call far faster than one by one
+        self._columns: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
+        self._queued_columns = 0
         self._rows: list[tuple[float, float, np.ndarray, np.ndarray]] = []
 
     @property
     def columns(self) -> int:
-        return self.h.getNumCol()
+        """Columns so far, queued ones included."""
+        return self.h.getNumCol() + self._queued_columns
 
     def add_columns(self, cost, lower, upper, integer: bool = False) -> int:
-        """Add columns (no coefficients yet); returns the index of the first."""
-        cost = np.asarray(cost, dtype=np.float64)
-        first, n = self.columns, cost.size
-        empty = np.zeros(0, dtype=np.int32)
-        self.h.addCols(n, cost, np.asarray(lower, np.float64), np.asarray(upper, np.float64), 0, empty, empty,
-                       np.zeros(0))  # fmt: skip
-        if integer and n:
-            index = np.arange(first, first + n, dtype=np.int32)
-            self.h.changeColsIntegrality(n, index, np.ones(n, dtype=np.uint8))
+        """Queue columns (no coefficients yet; added at the next `flush`); returns the index of
+        the first."""
+        cost = np.asarray(cost, dtype=np.float64).reshape(-1)
+        first = self.columns
+        lower, upper = (np.asarray(b, np.float64).reshape(-1) for b in (lower, upper))
+        self._columns.append((cost, lower, upper, integer))
+        self._queued_columns += cost.size
         return first
 
     def add_row(self, lower: float, upper: float, index, value) -> None:
         """Queue a row `lower <= sum value * x[index] <= upper` (added at the next `flush`)."""
         index = np.asarray(index, dtype=np.int32)
-        value = np.broadcast_to(np.asarray(value, dtype=np.float64), index.shape)
+        value = np.asarray(value, dtype=np.float64)
+        if value.shape != index.shape:  # one value for every column (np.full is the fast case)
+            value = np.full(index.shape, value) if value.ndim == 0 else np.broadcast_to(value, index.shape)
         self._rows.append((lower, upper, index, value))
 
+    def _flush_columns(self) -> None:
+        columns, self._columns = self._columns, []
+        n, self._queued_columns = self._queued_columns, 0
+        if not n:
+            return
+        first = self.h.getNumCol()
+        empty = np.zeros(0, dtype=np.int32)
+        cost, lower, upper = (np.concatenate([c[k] for c in columns]) for k in range(3))
+        self.h.addCols(n, cost, lower, upper, 0, empty, empty, np.zeros(0))
+        integer = np.concatenate([np.full(c[0].size, c[3], dtype=np.uint8) for c in columns])
+        if integer.any():
+            self.h.changeColsIntegrality(n, np.arange(first, first + n, dtype=np.int32), integer)
+
     def flush(self) -> int:
-        """Hand the queued rows to HiGHS in one call; returns how many."""
+        """Hand the queued columns, then the queued rows, to HiGHS in one call each; returns how
+        many rows."""
+        self._flush_columns()
         rows, self._rows = self._rows, []
         if rows:
             sizes = np.array([r[2].size for r in rows])

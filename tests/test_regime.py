@@ -199,6 +199,24 @@ def test_runs_differing_only_in_label_run_once():
     assert results[0]["mean_ms"] == results[1]["mean_ms"]
 
 
+def test_runs_start_longest_first_and_come_back_in_the_callers_order(monkeypatch):
+    """`run_many` starts the strategies that plan with a model first (comoe before eplb and the
+    oracle), and returns the results in the order it was given the runs."""
+    import comoe_opt.evaluator.runs as runs_module
+
+    started = []
+
+    def record(run):
+        started.append(run.strategy)
+        return {"s": run.strategy}
+
+    monkeypatch.setattr(runs_module, "run_eval", record)
+    names = ["eplb", "oracle", "comoe", "static"]
+    results = run_many([eval_run(_instance(), s, 6) for s in names])
+    assert started == ["comoe", "oracle", "eplb", "static"]
+    assert [r["s"] for r in results] == names
+
+
 def test_claims_printed_by_paper_match_the_map():
     """`paper` prints the claims from its Table 4 and 5 rows with the map's margins."""
     from comoe_opt.evaluator.paper import format_claims, regime_point

@@ -198,7 +198,8 @@ class _Scores:
     """The value of a layer's masks, kept up to date as moves are taken. The work confined to
     each chiplet set changes by the two moved experts' rows only; the rows of masks seen are
     kept; NoP per token is looked up per mask. The sums are rebuilt from scratch every `RESYNC`
-    moves taken, so round-off cannot build up."""
+    moves taken, so round-off cannot build up. A proposal is scored in buffers allocated once
+    (it is the annealing's inner loop: most proposals are not taken)."""
 
     RESYNC = 1000
 
@@ -211,7 +212,13 @@ class _Scores:
         self.inverse_capacity = 1.0 / layer.table.capacity
         self.rows: dict[int, np.ndarray] = {}
         self.nops: dict[int, float] = {}
+        self.expert_terms: dict[tuple[int, int], float] = {}
         self.taken = 0
+        scenarios, sets = layer.work.shape[0], layer.table.sets.size
+        self._work = np.empty((scenarios, 2))  # the two moved experts' work, [S, 2]
+        self._change = np.empty((2, sets))  # ... and the change of their rows
+        self._delta = np.empty((scenarios, sets))
+        self._scored = np.empty((scenarios, sets))  # the confined work the last proposal scored
         self._reset(masks)
 
     def _reset(self, masks: list[int]) -> None:
@@ -219,7 +226,8 @@ class _Scores:
         self.inside = np.stack([self._row(m) for m in self.masks])  # [E, sets], each over its capacity
         self.confined = self.layer.work @ self.inside  # [S, sets]: the cut ratios
         self.terms = [self._terms(e, m) for e, m in enumerate(self.masks)]
-        self.value = self._value(self.confined, math.fsum(self.terms))
+        self.terms_sum = math.fsum(self.terms)
+        self.value = self._value(self.confined, self.terms_sum)
 
     def _row(self, mask: int) -> np.ndarray:
         """1 / capacity of every chiplet set that holds the replica set `mask` (0 elsewhere)."""
@@ -231,6 +239,9 @@ class _Scores:
 
     def _terms(self, e: int, mask: int) -> float:
         """W · (NoP + miss) + κ · copies of expert e with replica set `mask`."""
+        value = self.expert_terms.get((e, mask))
+        if value is not None:
+            return value
         p = self.layer.p
         if mask:
             nop = self.nops.get(mask)
@@ -240,32 +251,40 @@ class _Scores:
             own = self.tokens[e] * nop
         else:
             own = self.tokens[e] * self.least_nop + self.miss[e]
-        return p.batches * own + p.copy_ms * (mask & ~self.layer.prev[e]).bit_count()
+        value = p.batches * own + p.copy_ms * (mask & ~self.layer.prev[e]).bit_count()
+        self.expert_terms[(e, mask)] = value
+        return value
 
     def _value(self, ratios: np.ndarray, other: float) -> float:
         return self.layer.p.batches * float(ratios.max(axis=1).sum()) / ratios.shape[0] + other
 
     def value_of(self, a: int, new_a: int, b: int, new_b: int) -> float:
         """The value with a's and b's masks changed; `take` then applies it."""
-        rows = np.stack((self._row(new_a), self._row(new_b)))
-        confined = self.confined + self.layer.work[:, (a, b)] @ (rows - self.inside[(a, b),])
+        row_a, row_b = self._row(new_a), self._row(new_b)
+        work, change = self._work, self._change
+        work[:, 0], work[:, 1] = self.layer.work[:, a], self.layer.work[:, b]
+        np.subtract(row_a, self.inside[a], out=change[0])
+        np.subtract(row_b, self.inside[b], out=change[1])
+        np.matmul(work, change, out=self._delta)
+        np.add(self.confined, self._delta, out=self._scored)
         term_a, term_b = self._terms(a, new_a), self._terms(b, new_b)
-        other = math.fsum(self.terms) - self.terms[a] - self.terms[b] + term_a + term_b
-        self._pending = (a, new_a, term_a, b, new_b, term_b, rows, confined)
-        return self._value(confined, other)
+        other = self.terms_sum - self.terms[a] - self.terms[b] + term_a + term_b
+        self._pending = (a, new_a, term_a, b, new_b, term_b, row_a, row_b)
+        return self._value(self._scored, other)
 
     def take(self) -> None:
         """Apply the move `value_of` last scored."""
-        a, new_a, term_a, b, new_b, term_b, rows, confined = self._pending
+        a, new_a, term_a, b, new_b, term_b, row_a, row_b = self._pending
         self.masks[a], self.masks[b] = new_a, new_b
         self.taken += 1
         if self.taken % self.RESYNC == 0:
             self._reset(self.masks)
             return
-        self.inside[(a, b),] = rows
+        self.inside[a], self.inside[b] = row_a, row_b
         self.terms[a], self.terms[b] = term_a, term_b
-        self.confined = confined
-        self.value = self._value(confined, math.fsum(self.terms))
+        self.terms_sum = math.fsum(self.terms)
+        self.confined, self._scored = self._scored, self.confined  # the scored buffer becomes current
+        self.value = self._value(self.confined, self.terms_sum)
 
 
 def _masks(resident: np.ndarray) -> list[int]:

@@ -106,7 +106,7 @@ def _pooled_search(
         pool.update(int(m) for m in masks)
         table = CutTable.of_sets(np.array([*sorted(pool - {everything}), everything]), speeds)
         search = _LayerSearch(problem, table, current, layer, current_room.copy())
-        exact = search.value - search._balance(search.in_sets) + problem.batches * float(z.mean())
+        exact = search.value - search.balance + problem.batches * float(z.mean())
         if best is None or exact < best[2] - 1e-12 * max(1.0, abs(best[2])):
             best = (current, current_room, exact)
         else:  # undo the stretch; the grown pool makes the next one differ
@@ -152,9 +152,11 @@ class _LayerSearch:
         experts = resident.shape[0]
         owns = [t.owns[layer] for t in problem.tenants]
         self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, experts), dtype=np.int64)
-        self.in_sets = self.work @ table.inside(self.masks)  # [S, sets]
+        self.rows: dict[int, np.ndarray] = {}  # each replica set's row of the enumeration, as seen
+        self.expert_terms: dict[tuple[int, int], float] = {}  # `_expert`'s values, as seen
+        self._set_sets(self.work @ table.inside(self.masks))  # [S, sets]
         per_expert = sum(self._expert(e, self.masks[e]) for e in range(experts))
-        self.value = self._balance(self.in_sets) + per_expert
+        self.value = self.balance + per_expert
         self.slot_e, self.slot_c = (a.astype(np.int64) for a in np.nonzero(resident))
         demand = (problem.tokens[layer] > 0) | (problem.miss_ms[layer] > 0)
         self.candidates = np.flatnonzero(demand)
@@ -165,11 +167,33 @@ class _LayerSearch:
 
     # -------------------------------------------------------- objective parts
 
-    def _balance(self, in_sets: np.ndarray) -> float:
-        return self.p.batches * float(self.table.makespans(in_sets).mean())
+    def _set_sets(self, in_sets: np.ndarray, ratio: np.ndarray | None = None) -> None:
+        """The work confined to each set, with what depends on it only: the cut ratios, the
+        balance term, and the bottlenecks `_aimed` draws from (found when first needed)."""
+        self.in_sets = in_sets
+        self.ratio = in_sets / self.table.capacity if ratio is None else ratio
+        self.balance = self._balance_of(self.ratio)
+        self._bottlenecks: tuple[np.ndarray, np.ndarray | None] | None = None
+
+    def _balance_of(self, ratio: np.ndarray) -> float:
+        """W · the mean scenario makespan, from the cut ratios `in_sets / capacity`."""
+        return self.p.batches * float(ratio.max(axis=1).mean())
+
+    def _row(self, mask: int) -> np.ndarray:
+        row = self.rows.get(mask)
+        if row is None:
+            row = self.rows[mask] = self.table.inside(np.array([mask], dtype=np.int64))[0]
+        return row
 
     def _expert(self, e: int, mask: int) -> float:
         """Objective terms of one expert with replica set `mask`: NoP, miss, copies."""
+        e, mask = int(e), int(mask)
+        value = self.expert_terms.get((e, mask))
+        if value is None:
+            value = self.expert_terms[(e, mask)] = self._expert_terms(e, mask)
+        return value
+
+    def _expert_terms(self, e: int, mask: int) -> float:
         p = self.p
         if mask:
             on = (mask >> np.arange(self.chiplets)) & 1
@@ -219,12 +243,15 @@ class _LayerSearch:
         a replica of `a` swaps with one outside D, or a replica outside D
         becomes a replica of `a`.
         """
-        ratio = self.in_sets / self.table.capacity
-        worst = ratio.argmax(axis=1)
-        excess = ratio[np.arange(worst.size), worst] - ratio[:, -1]
-        if excess.max() <= 0:
+        if self._bottlenecks is None:  # the same until a move is taken
+            ratio = self.ratio
+            worst = ratio.argmax(axis=1)
+            excess = ratio[np.arange(worst.size), worst] - ratio[:, -1]
+            self._bottlenecks = worst, (excess / excess.sum() if excess.max() > 0 else None)
+        worst, drawn = self._bottlenecks
+        if drawn is None:
             return None
-        s = int(rng.choice(worst.size, p=excess / excess.sum()))
+        s = int(rng.choice(worst.size, p=drawn))
         bottleneck = int(self.table.sets[worst[s]])
         confined = np.flatnonzero((self.masks != 0) & ((self.masks & ~bottleneck) == 0) & (self.work[s] > 0))
         outside = np.flatnonzero(((bottleneck >> self.slot_c) & 1) == 0)
@@ -261,17 +288,19 @@ class _LayerSearch:
     def _try(self, move: _Move) -> bool:
         """Apply `move` if it lowers the layer's objective."""
         a, b = move.a, move.b
-        old = self.table.inside(np.array([self.masks[a], self.masks[b]], dtype=np.int64))
-        new = self.table.inside(np.array([move.new_a, move.new_b], dtype=np.int64))
-        in_sets = self.in_sets + self.work[:, [a, b]] @ (new - old)
-        before = self._expert(a, self.masks[a]) + self._expert(b, self.masks[b])
+        ma, mb = int(self.masks[a]), int(self.masks[b])
+        change = np.array((self._row(move.new_a) - self._row(ma), self._row(move.new_b) - self._row(mb)))
+        in_sets = self.in_sets + self.work[:, [a, b]] @ change
+        ratio = in_sets / self.table.capacity
+        before = self._expert(a, ma) + self._expert(b, mb)
         after = self._expert(a, move.new_a) + self._expert(b, move.new_b)
-        value = self.value - self._balance(self.in_sets) + self._balance(in_sets) - before + after
+        value = self.value - self.balance + self._balance_of(ratio) - before + after
         if value >= self.value - 1e-12 * max(1.0, abs(self.value)):
             return False
         if self.owner.size:
             self.room -= self.owner[:, b] * (popcount(move.new_b) - popcount(int(self.masks[b])))
             self.room -= self.owner[:, a] * (popcount(move.new_a) - popcount(int(self.masks[a])))
         self.masks[a], self.masks[b] = move.new_a, move.new_b
-        self.in_sets, self.value = in_sets, value
+        self._set_sets(in_sets, ratio)
+        self.value = value
         return True
