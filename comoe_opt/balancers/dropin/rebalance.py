@@ -46,6 +46,7 @@ from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
 from comoe_opt.best_split.cut_condition import unit_speed_bottlenecks
+from comoe_opt.best_split.pooled import base_pool, pooled_search
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
 
@@ -485,31 +486,47 @@ def _pooled_search(
     iterations: int | None,
     work: search.Work,
 ) -> tuple[np.ndarray, bool]:
-    """`lp` on more GPUs than can be enumerated: the search runs on a pool of GPU sets (each GPU,
-    all, and every step's min-cut bottleneck met so far); each round's result is scored exactly
-    and kept per layer only where it is better, so the plan is never worse, exactly, than `start`.
+    """`lp` on more GPUs than can be enumerated: best_split/pooled.py's rounds over every layer
+    at once, each round's result kept per layer only where it is exactly better, so the plan is
+    never worse, exactly, than `start`."""
+    return pooled_search(_LpRounds(call, w, move_cost, rng, iterations, work), start.copy())
 
-    The slow loop's pooled search (residency/search/refine.py) grows its pool the same way, from
-    the same min cut (best_split/), but walks one layer at a time on the slow-loop objective
-    (NoP, misses, copies, leases, tenants' room) and undoes a stretch that did not help; this
-    one scores every layer at once on the steps' max/mean in float32, so the two share the cut
-    condition, not the loop."""
-    best = start.copy()
-    scored = _exact(call, best, w, move_cost, None)
-    if scored is None:  # the min cuts of the start alone took the clock's budget
-        return best, True
-    value, pools = scored
-    for _ in range(search.POOL_ROUNDS):
-        run = search.Search(best, w, call.shape, call.prev_n, move_cost, rng, pools=pools)
-        run.work = work
-        if run.run(call.expired, iterations):
-            return best, True  # a round cut short is not checked: the last checked plan stands
-        scored = _exact(call, run.slots, w, move_cost, pools)
-        if scored is None:
-            return best, True
-        better = scored[0] < value - 1e-12
-        best[better], value[better], pools = run.slots[better], scored[0][better], scored[1]
-    return best, False
+
+@dataclass
+class _LpRounds:
+    """The drop-in's pooled rounds: moves scored in float32 on per-layer pools, an absolute
+    tolerance, a round cut short by the work budget or the clock not checked."""
+
+    call: _Call
+    w: np.ndarray
+    move_cost: float
+    rng: np.random.Generator
+    iterations: int | None
+    work: search.Work
+    check_cut_short: bool = False
+
+    def exact(
+        self, plan: np.ndarray, pools: list[np.ndarray] | None
+    ) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        return _exact(self.call, plan, self.w, self.move_cost, pools)
+
+    def search(self, plan: np.ndarray, pools: list[np.ndarray]) -> tuple[np.ndarray, bool]:
+        run = search.Search(
+            plan, self.w, self.call.shape, self.call.prev_n, self.move_cost, self.rng, pools=pools
+        )
+        run.work = self.work
+        cut_short = run.run(self.call.expired, self.iterations)
+        return run.slots, cut_short
+
+    def keep(
+        self, best: np.ndarray, value: np.ndarray, found: np.ndarray, found_value: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        better = found_value < value - 1e-12
+        best[better], value[better] = found[better], found_value[better]
+        return best, value
+
+    def stop(self) -> bool:
+        return False  # `search` reads the clock and the work budget itself
 
 
 def _exact(
@@ -525,7 +542,7 @@ def _exact(
             return None
         spans, masks = unit_speed_bottlenecks(n[layer] > 0, w[layer])
         values[layer] = search.step_mean(spans)
-        base = search.base_pool(call.shape.gpus) if pools is None else pools[layer]
+        base = base_pool(call.shape.gpus) if pools is None else pools[layer]
         grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))
     return values + move_cost * search.moved(n, call.prev_n), grown
 

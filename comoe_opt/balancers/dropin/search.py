@@ -11,7 +11,7 @@ under the engine's dispatch:
   the cut condition of best_split/cut_condition.py, max over GPU sets D of the work confined to D over |D|.
   Sets are enumerated up to `MAX_ENUMERATED_CHIPLETS` GPUs; beyond, each step's bottleneck is
   found by min cut (best_split/min_cut.py) and the search runs on a pool of the sets met so far, checked
-  exactly before its result is kept.
+  exactly before its result is kept (best_split/pooled.py, the loop the slow loop's search runs too).
 
 Steps are weighted by recency (`step_weights`: halved every `HALF_LIFE` steps back), since a plan
 serves the steps after its history. `even` is scored on the steps' weighted moments
@@ -69,6 +69,7 @@ from comoe_opt.best_split.cut_condition import (
     set_sizes,
     unit_speed_makespans,
 )
+from comoe_opt.best_split.pooled import base_pool
 
 CANDIDATES = 96  # moves scored per layer and iteration
 SIGNIFICANCE = 1.0  # standard errors of its per-step change a move's gain must exceed
@@ -115,7 +116,6 @@ DRAWS = 128  # normal draws that turn each GPU's load mean and spread into an ex
 # iterations without an improving move before a layer stops (lp's moves are rarer finds)
 PATIENCE = {"even": 3, "lp": 5}
 MAX_ITERATIONS = 10_000  # a guard: each applied move lowers the objective, so the search ends anyway
-POOL_ROUNDS = 4  # lp above MAX_ENUMERATED_CHIPLETS GPUs: exact checks (and pool growth)
 
 
 # The search's work, counted in what it takes on a typical machine (nanoseconds of one core of the
@@ -204,11 +204,6 @@ def even_loads(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
     share = w / np.maximum(count, 1)[:, None, :]
     per_slot = np.take_along_axis(share, slots[:, None, :], axis=2)  # [layers, S, slots]
     return per_slot.reshape(layers, w.shape[1], gpus, replicas // gpus).sum(axis=-1)
-
-
-def base_pool(gpus: int) -> np.ndarray:
-    """GPU sets the search scores candidates on from the start: each GPU alone, and all."""
-    return np.append(np.int64(1) << np.arange(gpus, dtype=np.int64), np.int64((1 << gpus) - 1))
 
 
 # ----------------------------------------------------------------- the search

@@ -17,7 +17,8 @@ A move is kept when it lowers the layer's share of the objective,
 leases, quotas and the replica limit. Each layer's scenario makespans are
 kept as the work confined to every chiplet set (best_split/cut_condition.py), updated by
 the two experts a move touches; above 12 chiplets, to a pool of sets that
-grows with each scenario's min-cut bottleneck (`_pooled_search`). Moves are
+grows with each scenario's min-cut bottleneck (`_pooled_search`, the loop of
+best_split/pooled.py that the drop-in's `lp` search runs too). Moves are
 drawn from a generator seeded per layer, so a search is deterministic.
 """
 
@@ -35,11 +36,10 @@ from comoe_opt.best_split.cut_condition import (
     related_speeds,
 )
 from comoe_opt.best_split.min_cut import bottlenecks
+from comoe_opt.best_split.pooled import POOL_ROUNDS, base_pool, pooled_search
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
-
-POOL_ROUNDS = 4  # beyond enumerable chiplet counts: exact checks (and pool growth) per layer search
 
 
 def refine(
@@ -85,39 +85,58 @@ def _pooled_search(
     rng: np.random.Generator,
     deadline: Deadline | None = None,
 ) -> np.ndarray:
-    """The layer search on too many chiplets to enumerate their sets.
+    """The layer search on too many chiplets to enumerate their sets: best_split/pooled.py's
+    rounds, each a stretch of `search_moves / POOL_ROUNDS` moves, the plan being the layer's
+    replicas with the tenants' room they leave. The result is never worse, exactly, than
+    `resident`."""
+    rounds = _LayerRounds(problem, speeds, layer, rng, deadline)
+    (best, best_room), _ = pooled_search(rounds, (resident, room.copy()))
+    room[:] = best_room
+    return best
 
-    Makespans are taken over a pool of sets (every single chiplet, all of
-    them, and each scenario's bottleneck found by min cut, best_split/min_cut.py): a
-    lower estimate. After each of `POOL_ROUNDS` stretches of moves the layer
-    is scored exactly, its bottlenecks join the pool, and a stretch that did
-    not lower the exact value is undone. The result is never worse, exactly,
-    than `resident`.
-    """
-    chiplets = resident.shape[1]
-    work = problem.scenario_work_ms[:, layer, :, 0]
-    everything = (1 << chiplets) - 1
-    pool = {1 << c for c in range(chiplets)}
-    stretch = -(-problem.search_moves // POOL_ROUNDS)
-    current, current_room = resident, room.copy()
-    best: tuple[np.ndarray, np.ndarray, float] | None = None
-    for k in range(POOL_ROUNDS + 1):
-        z, masks = bottlenecks(work, current, speeds)
-        pool.update(int(m) for m in masks)
-        table = CutTable.of_sets(np.array([*sorted(pool - {everything}), everything]), speeds)
-        search = _LayerSearch(problem, table, current, layer, current_room.copy())
-        exact = search.value - search.balance + problem.batches * float(z.mean())
-        if best is None or exact < best[2] - 1e-12 * max(1.0, abs(best[2])):
-            best = (current, current_room, exact)
-        else:  # undo the stretch; the grown pool makes the next one differ
-            current, current_room = best[0], best[1]
-            search = _LayerSearch(problem, table, current, layer, current_room.copy())
-        if k == POOL_ROUNDS or (deadline is not None and deadline.expired()):
-            break  # a stretch cut short by the deadline was still checked exactly above
-        search.run(rng, stretch, deadline)
-        current, current_room = search.resident(), search.room
-    room[:] = best[1]
-    return best[0]
+
+_LayerPlan = tuple[np.ndarray, np.ndarray]  # a layer's replicas [E, C], the tenants' room left
+
+
+@dataclass
+class _LayerRounds:
+    """The slow loop's pooled rounds: the layer's exact objective, a relative tolerance, a
+    stretch cut short by the deadline still checked (the next round is not started)."""
+
+    problem: ResidencyProblem
+    speeds: np.ndarray
+    layer: int
+    rng: np.random.Generator
+    deadline: Deadline | None
+    check_cut_short: bool = True
+
+    def exact(self, plan: _LayerPlan, pool: CutTable | None) -> tuple[float, CutTable]:
+        """The pool's sets are the table's; the exact value is the search's objective with its
+        pooled balance term replaced by the min cut's."""
+        resident, room = plan
+        work = self.problem.scenario_work_ms[:, self.layer, :, 0]
+        z, masks = bottlenecks(work, resident, self.speeds)
+        chiplets = resident.shape[1]
+        sets = set((base_pool(chiplets) if pool is None else pool.sets).tolist())
+        sets.update(int(m) for m in masks)
+        everything = (1 << chiplets) - 1
+        table = CutTable.of_sets(np.array([*sorted(sets - {everything}), everything]), self.speeds)
+        search = _LayerSearch(self.problem, table, resident, self.layer, room.copy())
+        return search.value - search.balance + self.problem.batches * float(z.mean()), table
+
+    def search(self, plan: _LayerPlan, pool: CutTable) -> tuple[_LayerPlan, bool]:
+        search = _LayerSearch(self.problem, pool, plan[0], self.layer, plan[1].copy())
+        search.run(self.rng, -(-self.problem.search_moves // POOL_ROUNDS), self.deadline)
+        return (search.resident(), search.room), False  # checked anyway; `stop` reads the deadline
+
+    def keep(
+        self, best: _LayerPlan, value: float, found: _LayerPlan, found_value: float
+    ) -> tuple[_LayerPlan, float]:
+        better = found_value < value - 1e-12 * max(1.0, abs(value))
+        return (found, found_value) if better else (best, value)
+
+    def stop(self) -> bool:
+        return self.deadline is not None and self.deadline.expired()
 
 
 def popcount(mask: int) -> int:
