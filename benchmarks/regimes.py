@@ -84,22 +84,19 @@ REGIMES = (
         REGIMES_DIR / "gptoss-synthetic.toml",
         128,
         "alpha 0.60 (0.41-0.82), predictability 0.41 vs popularity 0.13",
-        frontier=False,
     ),
     Regime(
         "OLMoE",
         REGIMES_DIR / "olmoe-5-domains.toml",
         64,
         "pooled alpha 0.39 (0.27-0.87 per domain), predictability 0.26 vs 0.12; 5 domains",
-        frontier=False,
     ),
-    Regime("Switch-128", REGIMES_DIR / "switch-128x-top1.toml", 64, "alpha 0.89 (0.51-1.18)", frontier=False),
+    Regime("Switch-128", REGIMES_DIR / "switch-128x-top1.toml", 64, "alpha 0.89 (0.51-1.18)"),
     Regime(
         "Mixtral",
         REGIMES_DIR / "mixtral-8x-top2.toml",
         128,
         "alpha 0.12 (0.06-0.16), predictability 0.21 vs 0.14",
-        frontier=False,
     ),
     Regime(
         "DeepSeek-V3",
