@@ -73,18 +73,38 @@ def test_one_standard_error_rule_by_hand():
     choice = choose([_origin(5, scores)], 7)
     assert choice.weight == 0.03 and choice.chosen_at == 7 and choice.origins == (5,)
     assert choice.excess_ms[0.03] == pytest.approx(0.1) and choice.se_ms[0.03] == pytest.approx(0.1)
-    # all alike: the largest weight (fewest copies)
-    assert choose([_origin(5, dict.fromkeys(WEIGHTS, base))], 7).weight == 1.0
+    # all alike, not one weight told apart from the one in force: that one is kept
+    alike = [_origin(5, dict.fromkeys(WEIGHTS, base))]
+    assert choose(alike, 7, current=0.1).weight == 0.1 and choose(alike, 7, current=0.3).weight == 0.3
     # pooled origins: a second origin where 0.03 is clearly worse pulls the choice to 0
     worse = {**scores, 0.03: [12.0, 13.0, 11.0, 12.0]}
     assert choose([_origin(5, scores), _origin(6, worse)], 8).weight == 0.0
+
+
+def test_a_tie_with_the_weight_in_force_keeps_it():
+    # the weights above 0 moved nothing at the origin (its history held nothing new): weight 0's
+    # churn scored worse, 0.03-1 tie with the prior exactly, so nothing argues for leaving it
+    tied = [10.0, 11.0, 9.0, 10.0]
+    scores = {0.0: [10.5, 11.0, 9.4, 10.0], **dict.fromkeys(WEIGHTS[1:], tied)}
+    origin = Origin(
+        5, {w: np.array(v) for w, v in scores.items()}, {0.0: 900, **dict.fromkeys(WEIGHTS[1:], 0)}
+    )
+    assert choose([origin], 7, current=backtest.PRIOR).weight == backtest.PRIOR
+    # weight 1 told apart from the prior by one fewer page moved, at the same balance: the rule
+    # picks the fewest copies within one standard error, as before
+    apart = Origin(5, origin.step_ms, {**origin.copies, 0.1: 1})
+    assert choose([apart], 7, current=backtest.PRIOR).weight == 1.0
+    # a weight not on the grid (a user's) is never "in force" for the rule
+    assert choose([origin], 7, current=0.2).weight == 1.0
 
 
 def test_stationary_trace_keeps_the_largest_weight():
     plans = list(rolling_horizon(_instance(), _steps(5, hot_from=99), METHOD))
     chosen = [p.weight for p in plans if p.weight.chosen_at == p.window]
     assert [c.window for c in chosen] == [backtest.FIRST_WINDOW]
-    assert chosen[0].weight == max(WEIGHTS)  # nothing to gain from a copy
+    # nothing to gain from a copy: the prior moved a page weight 1 did not, for no better balance
+    assert chosen[0].copies[backtest.PRIOR] > chosen[0].copies[max(WEIGHTS)] == 0
+    assert chosen[0].weight == max(WEIGHTS)
     assert [p.weight.weight for p in plans] == [backtest.PRIOR] * 3 + [max(WEIGHTS)] * 2
     assert sum(p.pages_moved for p in plans[backtest.FIRST_WINDOW :]) == 0  # none once chosen
 

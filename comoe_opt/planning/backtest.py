@@ -17,7 +17,11 @@ already served. At window w (the first at `FIRST_WINDOW`, then every `EVERY` win
 * the scores of the last `POOLED_ORIGINS` origins are pooled (the choice does not flap), and the
   weight is the largest candidate (fewest copies) whose mean excess over the best candidate, step
   by step, is within one standard error of that excess (Breiman's one-standard-error rule): no
-  tolerance constant.
+  tolerance constant. A candidate whose held-out placements are the current weight's own on every
+  pooled origin (the same pages moved, the same score on every step) carries no evidence against
+  it: the current weight is kept rather than swapped for it. An origin whose history holds nothing
+  the previous plan had not seen (a load shift the window starts with, or none) moves no page at
+  any weight above 0; the weights above 0 then tie, and the tie is not a reason to change.
 
 Every solve runs on the work limits of an evaluation, so the choice is the same on any machine.
 """
@@ -121,7 +125,7 @@ class WeightBacktest:
             }
             steps = self.counts(start, stop)
             self.origins.append(held_out(self.instance, self.terms, steps, served[origin - 1], plans, origin))
-            self.current = choose(self.origins[-POOLED_ORIGINS:], w)
+            self.current = choose(self.origins[-POOLED_ORIGINS:], w, self.current.weight)
         return dataclasses.replace(self.current, window=w)
 
 
@@ -171,9 +175,10 @@ def step_makespans(problem: ResidencyProblem, placement: Placement) -> np.ndarra
     )
 
 
-def choose(origins: list[Origin], w: int) -> WeightChoice:
+def choose(origins: list[Origin], w: int, current: float = PRIOR) -> WeightChoice:
     """The largest weight whose pooled per-step excess over the best candidate is within one
-    standard error of that excess (paired over the same held-out steps)."""
+    standard error of that excess (paired over the same held-out steps); `current`, the weight in
+    force, where the held-out points cannot tell the two apart (`same_evidence`)."""
     pooled = {weight: np.concatenate([o.step_ms[weight] for o in origins]) for weight in WEIGHTS}
     mean = {weight: float(v.mean()) for weight, v in pooled.items()}
     best = min(WEIGHTS, key=lambda weight: (mean[weight], -weight))
@@ -183,5 +188,15 @@ def choose(origins: list[Origin], w: int) -> WeightChoice:
         excess[weight] = float(diff.mean())
         se[weight] = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else 0.0
     chosen = max(weight for weight in WEIGHTS if excess[weight] <= se[weight])
+    if current in WEIGHTS and same_evidence(origins, chosen, current):
+        chosen = current
     copies = {weight: float(np.mean([o.copies[weight] for o in origins])) for weight in WEIGHTS}
     return WeightChoice(w, chosen, w, tuple(o.window for o in origins), mean, excess, se, copies)
+
+
+def same_evidence(origins: list[Origin], weight: float, other: float) -> bool:
+    """Whether two candidates moved the same pages and scored the same on every held-out step."""
+    return all(
+        o.copies[weight] == o.copies[other] and np.array_equal(o.step_ms[weight], o.step_ms[other])
+        for o in origins
+    )
