@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_bounds import brute_force, with_scenarios
 
-from comoe_opt.best_split.cut_condition import CutTable, related_speeds
+from comoe_opt.best_split.cut_condition import CutTable, related_speeds, resident_of
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.bounds.decompose import (
     CutFamilies,
@@ -345,7 +345,7 @@ def _some_placement(p: ResidencyProblem) -> Placement | None:
 def test_annealing_scores_kept_up_to_date_equal_a_fresh_score(p, seed):
     """The annealing's incremental value (two rows of the cut enumeration per move, NoP, misses
     and copies per expert) is the layer's objective computed afresh, after every move taken."""
-    from comoe_opt.residency.search.anneal import _Layer, _masks, _resident, _Scores
+    from comoe_opt.residency.search.anneal import _Layer, _masks, _Scores
 
     start = _some_placement(p)
     assume(start is not None)
@@ -365,7 +365,7 @@ def test_annealing_scores_kept_up_to_date_equal_a_fresh_score(p, seed):
             state.take()
             for i, slot in moved:
                 slots[i] = slot
-            fresh = lay.value(_resident(state.masks, p.chiplets))
+            fresh = lay.value(resident_of(np.array(state.masks), p.chiplets))
             assert v == pytest.approx(fresh, rel=1e-9, abs=1e-12)
             assert state.value == pytest.approx(fresh, rel=1e-9, abs=1e-12)
-            assert sorted(slots) == list(np.flatnonzero(_resident(state.masks, p.chiplets)))
+            assert sorted(slots) == list(np.flatnonzero(resident_of(np.array(state.masks), p.chiplets)))

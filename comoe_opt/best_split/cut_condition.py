@@ -113,6 +113,11 @@ def masks_of(resident: np.ndarray) -> np.ndarray:
     return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[-1], dtype=np.int64))
 
 
+def resident_of(masks: np.ndarray, chiplets: int) -> np.ndarray:
+    """The replica map [..., E, C] of bit masks [..., E], `masks_of`'s inverse."""
+    return ((masks[..., None] >> np.arange(chiplets, dtype=np.int64)) & 1).astype(bool)
+
+
 def inside(masks: np.ndarray, sets: np.ndarray, dtype: type = np.float64) -> np.ndarray:
     """[..., sets] 1.0 where the replica set (bit mask) lies inside the chiplet set, in `dtype`
     (the loads' own: a mixed-precision product would copy the loads). An empty mask lies inside

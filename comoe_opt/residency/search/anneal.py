@@ -6,19 +6,16 @@ objective, and stops in local optima: on GPT-OSS window 13 six searches of
 this annealing finds a placement 0.5% better on that layer in 40,000
 proposals (formulations/residency.md, "Layer decomposition bound").
 
-Moves are refine.py's two kinds, drawn at random over the layer's replicas,
-and keep every chiplet's page count, so capacity and budget hold:
-
-* swap — a replica of a on c and a replica of b on d trade places;
-* replace — a replica of a on c becomes a replica of b on c.
-
-A move that breaks a lease, a quota, the replica limit or all_resident is
+Moves are refine.py's two kinds (moves.py: swap and replace, which keep every
+chiplet's page count), drawn at random over the layer's replicas; a move that
+breaks a lease, a quota, the replica limit or all_resident (`MoveRules`) is
 not proposed. A worse move is taken with probability exp(−Δ / T), T falling
 linearly from `temperature` times the layer's value to 0; the best layout
 seen is kept, so the result is never worse. Each layer's value is
 `W · (mean scenario makespan + nearest-replica NoP + misses) + κ · copies`,
 exactly the layer's share of the window objective (objective.py), computed
-from the cut enumeration (best_split/cut_condition.py): only up to 12 chiplets related by
+from the cut enumeration (best_split/cut_condition.py) and the per-expert
+terms of layer_score.py, as refine.py scores it: only up to 12 chiplets related by
 one speed factor; elsewhere the placement is returned unchanged.
 """
 
@@ -29,11 +26,13 @@ import time
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, related_speeds
+from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, related_speeds, resident_of
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.objective import nearest_nop
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.search.layer_score import ExpertTerms, SetRows, previous_masks
+from comoe_opt.residency.search.moves import MoveRules
 
 
 def anneal(
@@ -116,19 +115,17 @@ class _Layer:
         self.p, self.table, self.layer, self.room = problem, table, layer, room
         self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
         self.resident = resident.copy()
-        E, C = resident.shape
-        self.chiplets = C
-        self.prev = _masks(problem.previous.resident[layer]) if problem.previous is not None else [0] * E
-        self.lease = _masks(problem.leased[layer]) if problem.leased is not None else [0] * E
-        owns = [t.owns[layer] for t in problem.tenants]
-        self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, E), dtype=np.int64)
+        self.chiplets = resident.shape[1]
+        self.rules = MoveRules.of(problem, layer)
+        self.owner = self.rules.owner
 
     def value(self, resident: np.ndarray) -> float:
         """The layer's share of the window objective, computed afresh."""
         p, layer = self.p, self.layer
         z = float(self.table.makespans(self.work @ self.table.inside(masks_of(resident))).mean())
         miss = float(p.miss_ms[layer][~resident.any(axis=1)].sum())
-        copies = sum((m & ~q).bit_count() for m, q in zip(_masks(resident), self.prev, strict=True))
+        prev = previous_masks(p, layer)
+        copies = sum((m & ~q).bit_count() for m, q in zip(_masks(resident), prev, strict=True))
         return p.batches * (z + nearest_nop(p, resident, layer) + miss) + p.copy_ms * copies
 
     def run(self, rng: np.random.Generator, proposals: int, temperature: float) -> np.ndarray:
@@ -155,7 +152,7 @@ class _Layer:
                     room -= self.owner[:, b] - self.owner[:, a]
                 if v < best_value - 1e-12 * max(1.0, abs(best_value)):
                     best, best_value = list(state.masks), v
-        resident = _resident(best, self.chiplets)
+        resident = resident_of(np.array(best, dtype=np.int64), self.chiplets)
         self.room[:] = self.room - self.owned_pages(resident) + self.owned_pages(self.resident)
         return resident
 
@@ -175,21 +172,12 @@ class _Layer:
         if rng.random() < 0.5:  # swap with another replica
             j = int(rng.integers(len(slots)))
             b, d = divmod(slots[j], C)
-            bit_d = 1 << d
-            if a == b or c == d or masks[a] & bit_d or masks[b] & bit_c:
+            if not self.rules.swap_allowed(a, masks[a], c, b, masks[b], d):
                 return None
-            if self.lease[a] & bit_c or self.lease[b] & bit_d:
-                return None
-            both = bit_c | bit_d
+            both = bit_c | (1 << d)
             return a, masks[a] ^ both, b, masks[b] ^ both, ((i, a * C + d), (j, b * C + c))
         b = int(rng.integers(len(masks)))  # replace a's replica on c by one of b
-        if b == a or masks[b] & bit_c or self.lease[a] & bit_c:
-            return None
-        if masks[b].bit_count() + 1 > self.p.max_replicas:
-            return None
-        if self.p.all_resident and masks[a].bit_count() < 2:
-            return None
-        if self.owner.shape[0] and np.any(self.owner[:, b] - self.owner[:, a] > room):
+        if not self.rules.replace_allowed(a, masks[a], c, b, masks[b], room):
             return None
         return a, masks[a] & ~bit_c, b, masks[b] | bit_c, ((i, b * C + c),)
 
@@ -205,14 +193,8 @@ class _Scores:
 
     def __init__(self, layer: _Layer, masks: list[int]):
         self.layer = layer
-        p, l = layer.p, layer.layer
-        self.tokens, self.miss = p.tokens[l].tolist(), p.miss_ms[l].tolist()
-        self.least_nop = float(p.nop_ms_per_token.min())
-        self.nop_c = p.nop_ms_per_token
-        self.inverse_capacity = 1.0 / layer.table.capacity
-        self.rows: dict[int, np.ndarray] = {}
-        self.nops: dict[int, float] = {}
-        self.expert_terms: dict[tuple[int, int], float] = {}
+        self._row = SetRows(layer.table, per_capacity=True)  # 1 / capacity of the sets holding a mask
+        self._terms = ExpertTerms(layer.p, layer.layer)
         self.taken = 0
         scenarios, sets = layer.work.shape[0], layer.table.sets.size
         self._work = np.empty((scenarios, 2))  # the two moved experts' work, [S, 2]
@@ -228,32 +210,6 @@ class _Scores:
         self.terms = [self._terms(e, m) for e, m in enumerate(self.masks)]
         self.terms_sum = math.fsum(self.terms)
         self.value = self._value(self.confined, self.terms_sum)
-
-    def _row(self, mask: int) -> np.ndarray:
-        """1 / capacity of every chiplet set that holds the replica set `mask` (0 elsewhere)."""
-        row = self.rows.get(mask)
-        if row is None:
-            inside = self.layer.table.inside(np.array([mask], dtype=np.int64))[0]
-            row = self.rows[mask] = inside * self.inverse_capacity
-        return row
-
-    def _terms(self, e: int, mask: int) -> float:
-        """W · (NoP + miss) + κ · copies of expert e with replica set `mask`."""
-        value = self.expert_terms.get((e, mask))
-        if value is not None:
-            return value
-        p = self.layer.p
-        if mask:
-            nop = self.nops.get(mask)
-            if nop is None:
-                on = [c for c in range(self.layer.chiplets) if mask >> c & 1]
-                nop = self.nops[mask] = float(self.nop_c[on].min())
-            own = self.tokens[e] * nop
-        else:
-            own = self.tokens[e] * self.least_nop + self.miss[e]
-        value = p.batches * own + p.copy_ms * (mask & ~self.layer.prev[e]).bit_count()
-        self.expert_terms[(e, mask)] = value
-        return value
 
     def _value(self, ratios: np.ndarray, other: float) -> float:
         return self.layer.p.batches * float(ratios.max(axis=1).sum()) / ratios.shape[0] + other
@@ -289,8 +245,3 @@ class _Scores:
 
 def _masks(resident: np.ndarray) -> list[int]:
     return [int(m) for m in masks_of(resident)]
-
-
-def _resident(masks: list[int], chiplets: int) -> np.ndarray:
-    bits = np.array(masks, dtype=np.int64)[:, None] >> np.arange(chiplets, dtype=np.int64)
-    return (bits & 1).astype(bool)

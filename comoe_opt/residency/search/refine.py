@@ -3,18 +3,14 @@
 The replica-count MILP decides how many replicas each expert gets, on the
 mean load; *where* they go decides how much work the fast loop can move off
 a busy chiplet in each micro-batch. This search improves a placement on the
-exact scenario objective (objective.py) with two kinds of moves, both of
-which keep every chiplet's page count, so capacity and budget hold by
-construction:
-
-* swap — a replica of a on chiplet c and a replica of b on chiplet d trade
-  places;
-* replace — a replica of a on c becomes a replica of b on c (a keeps at least
-  one replica when every expert must stay resident).
+exact scenario objective (objective.py) with the two moves of moves.py, swap
+and replace, which keep every chiplet's page count, so capacity and budget
+hold by construction.
 
 A move is kept when it lowers the layer's share of the objective,
-`W · (mean scenario makespan + NoP + misses) + κ · copies`, and it respects
-leases, quotas and the replica limit. Each layer's scenario makespans are
+`W · (mean scenario makespan + NoP + misses) + κ · copies` (layer_score.py's
+per-expert terms, as anneal.py scores it), and it respects leases, quotas,
+the replica limit and all_resident (moves.py's `MoveRules`). Each layer's scenario makespans are
 kept as the work confined to every chiplet set (best_split/cut_condition.py), updated by
 the two experts a move touches; above 12 chiplets, to a pool of sets that
 grows with each scenario's min-cut bottleneck (`_pooled_search`, the loop of
@@ -34,12 +30,15 @@ from comoe_opt.best_split.cut_condition import (
     enumerable,
     masks_of,
     related_speeds,
+    resident_of,
 )
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.best_split.pooled import POOL_ROUNDS, base_pool, pooled_search
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.search.layer_score import ExpertTerms, SetRows
+from comoe_opt.residency.search.moves import MoveRules
 
 
 def refine(
@@ -164,15 +163,11 @@ class _LayerSearch:
         self.chiplets = resident.shape[1]
         self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
         self.masks = masks_of(resident)
-        prev = problem.previous.resident[layer] if problem.previous is not None else np.zeros_like(resident)
-        self.prev = masks_of(prev)
-        lease = problem.leased[layer] if problem.leased is not None else np.zeros_like(resident)
-        self.lease = masks_of(lease)
+        self.rules = MoveRules.of(problem, layer)
+        self.owner = self.rules.owner
         experts = resident.shape[0]
-        owns = [t.owns[layer] for t in problem.tenants]
-        self.owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, experts), dtype=np.int64)
-        self.rows: dict[int, np.ndarray] = {}  # each replica set's row of the enumeration, as seen
-        self.expert_terms: dict[tuple[int, int], float] = {}  # `_expert`'s values, as seen
+        self._row = SetRows(table)  # each replica set's row of the enumeration, as seen
+        self.terms = ExpertTerms(problem, layer)
         self._set_sets(self.work @ table.inside(self.masks))  # [S, sets]
         per_expert = sum(self._expert(e, self.masks[e]) for e in range(experts))
         self.value = self.balance + per_expert
@@ -181,8 +176,7 @@ class _LayerSearch:
         self.candidates = np.flatnonzero(demand)
 
     def resident(self) -> np.ndarray:
-        bits = (self.masks[:, None] >> np.arange(self.chiplets)) & 1
-        return bits.astype(bool)
+        return resident_of(self.masks, self.chiplets)
 
     # -------------------------------------------------------- objective parts
 
@@ -198,30 +192,9 @@ class _LayerSearch:
         """W · the mean scenario makespan, from the cut ratios `in_sets / capacity`."""
         return self.p.batches * float(ratio.max(axis=1).mean())
 
-    def _row(self, mask: int) -> np.ndarray:
-        row = self.rows.get(mask)
-        if row is None:
-            row = self.rows[mask] = self.table.inside(np.array([mask], dtype=np.int64))[0]
-        return row
-
     def _expert(self, e: int, mask: int) -> float:
         """Objective terms of one expert with replica set `mask`: NoP, miss, copies."""
-        e, mask = int(e), int(mask)
-        value = self.expert_terms.get((e, mask))
-        if value is None:
-            value = self.expert_terms[(e, mask)] = self._expert_terms(e, mask)
-        return value
-
-    def _expert_terms(self, e: int, mask: int) -> float:
-        p = self.p
-        if mask:
-            on = (mask >> np.arange(self.chiplets)) & 1
-            nop = float(p.nop_ms_per_token[on.astype(bool)].min())
-            miss = 0.0
-        else:
-            nop, miss = float(p.nop_ms_per_token.min()), float(p.miss_ms[self.layer, e])
-        copies = popcount(mask & ~int(self.prev[e]))
-        return p.batches * (float(p.tokens[self.layer, e]) * nop + miss) + p.copy_ms * copies
+        return self.terms(int(e), int(mask))
 
     # ------------------------------------------------------------------ moves
 
@@ -286,9 +259,7 @@ class _LayerSearch:
     def _swap(self, i: int, j: int) -> _Move | None:
         a, c, b, d = int(self.slot_e[i]), int(self.slot_c[i]), int(self.slot_e[j]), int(self.slot_c[j])
         ma, mb = int(self.masks[a]), int(self.masks[b])
-        if a == b or c == d or (ma >> d) & 1 or (mb >> c) & 1:
-            return None
-        if (int(self.lease[a]) >> c) & 1 or (int(self.lease[b]) >> d) & 1:
+        if not self.rules.swap_allowed(a, ma, c, b, mb, d):
             return None
         flip = (1 << c) | (1 << d)
         return _Move(a, b, ma ^ flip, mb ^ flip)
@@ -296,11 +267,7 @@ class _LayerSearch:
     def _replace(self, i: int, b: int) -> _Move | None:
         a, c = int(self.slot_e[i]), int(self.slot_c[i])
         ma, mb = int(self.masks[a]), int(self.masks[b])
-        if a == b or (mb >> c) & 1 or (int(self.lease[a]) >> c) & 1:
-            return None
-        if popcount(mb) + 1 > self.p.max_replicas or (self.p.all_resident and popcount(ma) < 2):
-            return None
-        if self.owner.size and np.any(self.owner[:, b] - self.owner[:, a] > self.room):
+        if not self.rules.replace_allowed(a, ma, c, b, mb, self.room):
             return None
         return _Move(a, b, ma & ~(1 << c), mb | (1 << c))
 
