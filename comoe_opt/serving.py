@@ -240,6 +240,16 @@ def serving_table(
     put("policy.all_resident", True, "every expert keeps a replica (SGLang and vLLM require it)")
     put("policy.balance", "tokens", "engines balance token counts per GPU")
     put(
+        "policy.migration_weight",
+        -1.0,
+        "CoMoE's copy price, chosen per window by backtest on windows already served (planning/backtest.py)",
+    )
+    put(
+        "policy.backtest_copy_share",
+        0.0,
+        "copies counted, not timed (a dump gives no copy link time): fewest copies within a standard error",
+    )
+    put(
         "policy.balance_scenarios",
         min(SCENARIOS, window),
         "steps per planning window scored for balance (small MILP)",
