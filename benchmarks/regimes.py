@@ -101,9 +101,8 @@ REGIMES = (
     Regime(
         "DeepSeek-V3",
         REGIMES_DIR / "deepseek-v3-ep32.toml",
-        16,
+        64,
         "shape only (58 x 256, top-8, 32 GPUs); skew assumed",
-        frontier=False,
     ),
 )
 
@@ -309,19 +308,6 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     began = time.perf_counter()
     stats = regime_stats(instance, trace, batches.window(0, min(limit, batches.batches)))
     seconds["stats"] = time.perf_counter() - began
-    if instance.hardware.chiplets > MAX_CUT_DEVICES:
-        text = "\n".join(
-            [
-                f"## {regime.key}: `{regime.path.relative_to(ROOT)}`",
-                "",
-                *stats_lines(stats, regime.target),
-                "",
-                f"Not compared: `compare`'s lp and flow routings enumerate the 2^C device sets (C ="
-                f" {instance.hardware.chiplets}: 2^{instance.hardware.chiplets} sets, 32 GiB at C = 32),"
-                " and the drop-in replay scores lp the same way. Only the statistics are reported.",
-            ]
-        )
-        return {"key": regime.key, "stats": stats, "compare": None, "frontier": None, "text": text}
     settings = cmp.CompareSettings(bound_windows=0, hindsight_limit_s=2.0)
     began = time.perf_counter()
     result = cmp.compare(instance, steps, settings)
@@ -384,7 +370,6 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
 # The drop-in's move cost in the suite's frontier: free, its default, 8x its default.
 SUITE_MOVE_COSTS = (0.0, 0.002, 0.016)
 PARTS = ROOT / "benchmarks" / "results" / "regimes"
-MAX_CUT_DEVICES = 20  # the cut table of the lp/flow routings holds 2^C - 1 device sets
 
 
 def slug(key: str) -> str:

@@ -187,3 +187,19 @@ def test_lp_routing_peak_is_the_lps_optimum_beyond_enumerated_device_sets(device
         lp = linprog(cost, A_ub=on_device, b_ub=np.zeros(devices), A_eq=served, b_eq=counts[step, 0])
         assert lp.status == 0
         assert peak == pytest.approx(lp.fun, abs=1e-9)
+
+
+@pytest.mark.parametrize("devices", [24, 32])
+def test_flow_routing_is_the_min_cost_flow_beyond_enumerated_device_sets(devices):
+    """`flow`'s largest device load at DeepSeek-V3's device count is what our min-cost flow
+    reaches on whole tokens (its peak comes from min cut there, not from the 2^C sets)."""
+    rng = np.random.default_rng(devices + 1)
+    experts = 20
+    resident = np.zeros((experts, devices), dtype=bool)
+    for e in range(experts):
+        resident[e, rng.choice(devices, size=rng.integers(1, 4), replace=False)] = True
+    counts = rng.poisson(4, size=(3, experts))
+    counts[:, 0] += 40  # one hot expert: its replicas are the bottleneck, not the mean
+    peaks = device_loads(counts[:, None, :], resident[None], "flow")[:, 0, 0]
+    for step, peak in enumerate(peaks):
+        assert peak == _flow_max_load(counts[step], resident)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.optimize import linprog
 
 import comoe_opt
 from comoe_opt.balancers.dropin import search as ds
@@ -70,6 +71,42 @@ def test_lp_on_more_gpus_than_enumerable_is_never_worse_exactly():
     w = ds.normalised(steps.transpose(1, 0, 2), 16)
     ours = ds.scores(plan, w, ds.Shape(16, 1, "lp")).mean()
     assert ours <= ds.scores(eplb, w, ds.Shape(16, 1, "lp")).mean() + 1e-9
+
+
+def _lp_peak(counts: np.ndarray, resident: np.ndarray) -> float:
+    """min T such that each expert's load splits over its replicas with every GPU <= T (HiGHS)."""
+    pairs = np.argwhere(resident)  # (expert, GPU) of every replica; variables: their loads, then T
+    served = np.zeros((resident.shape[0], len(pairs) + 1))
+    served[pairs[:, 0], np.arange(len(pairs))] = 1
+    on_gpu = np.zeros((resident.shape[1], len(pairs) + 1))
+    on_gpu[pairs[:, 1], np.arange(len(pairs))] = 1
+    on_gpu[:, -1] = -1
+    cost = np.r_[np.zeros(len(pairs)), 1.0]
+    lp = linprog(cost, A_ub=on_gpu, b_ub=np.zeros(resident.shape[1]), A_eq=served, b_eq=counts)
+    assert lp.status == 0
+    return float(lp.fun)
+
+
+@pytest.mark.parametrize("gpus", [24, 32])
+def test_lp_scores_at_deepseek_v3_gpu_counts_are_the_routing_lps_optimum(gpus):
+    """The drop-in's `lp` score (what its search keeps and the replay scores) at 24 and 32 GPUs,
+    where the 2^G sets cannot be enumerated, is the routing LP's optimum over the mean GPU load."""
+    rng = np.random.default_rng(gpus)
+    experts, slots = 2 * gpus, 3 * gpus
+    plan = np.concatenate([rng.permutation(experts), rng.integers(0, experts, slots - experts)])[None]
+    steps = rng.poisson(rng.gamma(0.5, 6.0, size=(4, 1, experts))).astype(float)
+    got = ds.scores(plan, ds.normalised(steps.transpose(1, 0, 2), gpus), ds.Shape(gpus, 1, "lp"))[0]
+    resident = ds.replica_counts(plan, experts, gpus)[0] > 0  # [E, G]
+    for step, score in enumerate(got):
+        mean = steps[step, 0].sum() / gpus
+        assert score == pytest.approx(_lp_peak(steps[step, 0], resident) / mean, rel=1e-5)
+    # and the search at 32 GPUs, on a pool of sets checked by min cut, is never worse than EPLB
+    weight = steps.sum(axis=0)
+    ours = comoe_opt.rebalance_experts(weight, slots, 1, 1, gpus, history=steps, dispatch="lp", moves=200)
+    eplb = comoe_opt.rebalance_experts(weight, slots, 1, 1, gpus, method="eplb")
+    w = ds.normalised(steps.transpose(1, 0, 2), gpus)
+    shape = ds.Shape(gpus, 1, "lp")
+    assert ds.scores(ours[0], w, shape).mean() <= ds.scores(eplb[0], w, shape).mean() + 1e-9
 
 
 class FakeClock:
