@@ -30,7 +30,7 @@ from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.problem import residency_problem
 from comoe_opt.stats import trace_stats, window_alpha
 from comoe_opt.trace import Trace, instance_batches, load_trace
-from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.batching import MicroBatches, windows
 from comoe_opt.trace.source import batched_part
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,12 +190,35 @@ def dropin_targets(rows: list[Row]) -> list[str]:
 # ---- compare and the frontier
 
 
-def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> list[str]:
-    rows = result["rows"]
+def ranked(result: dict[str, Any]) -> tuple[cmp.FrontierPoint, list[cmp.FrontierPoint], cmp.FrontierPoint]:
+    """CoMoE's point, the other peers' points and the best of them (lowest P95), from compare's rows."""
     peers = cmp.peer_points(result)
     comoe = next(p for p in peers if p.planner == "comoe")
     others = [p for p in peers if p.planner != "comoe"]
-    best = min(others, key=lambda p: p.p95)
+    return comoe, others, min(others, key=lambda p: p.p95)
+
+
+def window_p95(result: dict[str, Any], window: int) -> dict[str, list[float]]:
+    """P95 of each window's (step, layer) imbalance for CoMoE and the best peer (each at its best
+    routing) and the two limits: which windows (a drift, a domain turn) set the run's P95."""
+    comoe, _, best = ranked(result)
+    keys = [f"{p.planner}/{p.routing}" for p in (comoe, best)] + ["hindsight/flow", "oracle/flow"]
+    spans = windows(int(result["steps"]), window)
+    return {k: [float(np.percentile(result["imbalance"][k][a:b], 95)) for a, b in spans] for k in keys}
+
+
+def window_lines(per_window: dict[str, list[float]]) -> list[str]:
+    count = len(next(iter(per_window.values())))
+    return [
+        "| planner / routing | " + " | ".join(f"window {w}" for w in range(count)) + " |",
+        "|---|" + "---:|" * count,
+        *(f"| {k} | " + " | ".join(f"{v:.3f}" for v in values) + " |" for k, values in per_window.items()),
+    ]
+
+
+def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> list[str]:
+    rows = result["rows"]
+    comoe, others, best = ranked(result)
     hindsight = next(r["p95"] for r in rows if r["peer"] == "hindsight")
     oracle = next(r["p95"] for r in rows if r["peer"] == "oracle")
     out = [
@@ -239,10 +262,7 @@ def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> lis
 
 def summary_row(key: str, result: dict[str, Any], front: dict[str, Any] | None) -> str:
     """One regime's line of the suite's summary: the targets of `compare_targets`, in figures."""
-    peers = cmp.peer_points(result)
-    comoe = next(p for p in peers if p.planner == "comoe")
-    others = [p for p in peers if p.planner != "comoe"]
-    best = min(others, key=lambda p: p.p95)
+    comoe, others, best = ranked(result)
     hindsight = next(r["p95"] for r in result["rows"] if r["peer"] == "hindsight")
     limit = (best.p95 + hindsight) / 2
     half = f"{limit:.3f}: {_mark(comoe.p95 <= limit + 1e-12)}" if hindsight < best.p95 else "–"
@@ -314,6 +334,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     began = time.perf_counter()
     result = cmp.compare(instance, steps, settings)
     seconds["compare"] = time.perf_counter() - began
+    per_window = window_p95(result, instance.policy.window_batches)
     began = time.perf_counter()
     rows, setup = dropin(instance, steps)
     seconds["drop-in"] = time.perf_counter() - began
@@ -343,6 +364,10 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
         "",
         cmp.markdown(result),
         "",
+        "P95 per window (the steps each window's plan served):",
+        "",
+        *window_lines(per_window),
+        "",
         f"### Drop-in replay (every {setup.every} steps on the last {setup.history}; {setup.slots} slots,"
         f" {setup.gpus} GPUs)",
         "",
@@ -364,6 +389,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
         "key": regime.key,
         "stats": stats,
         "compare": compact,
+        "window_p95": per_window,
         "frontier": front,
         "text": "\n".join(lines),
     }
@@ -468,7 +494,8 @@ def collect(output: Path) -> None:
         "",
         "Per regime: its own statistics (measured by `trace_stats` on the steps run, beside the figures"
         " it is calibrated to), the issue's targets marked met or missed, `compare`'s table (every peer"
-        " under every routing, the oracle and hindsight; no milp bound), the drop-in replay against"
+        " under every routing, the oracle and hindsight; no milp bound; with each window's P95 where the part"
+        " has it), the drop-in replay against"
         " the EPLB port, and the copies–balance frontier (CoMoE over `policy.migration_weight`,"
         " the values in each regime's table and the instance's default, -1, the weight chosen per"
         " window by backtest; the drop-in over `move_cost`"
