@@ -139,8 +139,11 @@ def initial_layout(layers: int, experts: int, slots: int = SLOTS) -> np.ndarray:
     return np.tile(row, (layers, 1))
 
 
-def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS) -> list[Row]:
-    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps."""
+def replay(
+    counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS, foresight: bool = False
+) -> list[Row]:
+    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps
+    (`foresight`: planned on the very steps it is scored on, the room any prediction has)."""
     steps, layers, experts = counts.shape
     every, gpus = setup.every, setup.gpus
     starts = list(range(every, steps, every))[: windows or None]
@@ -148,7 +151,8 @@ def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setu
     for row, plan in zip(rows, plans.values(), strict=True):
         in_service = initial_layout(layers, experts, setup.slots)
         for start in starts:
-            history = counts[max(0, start - setup.history) : start].astype(np.float64)
+            seen = slice(start, start + every) if foresight else slice(max(0, start - setup.history), start)
+            history = counts[seen].astype(np.float64)
             began = time.perf_counter()
             try:
                 new = plan(history, in_service)
