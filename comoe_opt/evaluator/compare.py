@@ -441,7 +441,8 @@ def markdown(result: dict[str, Any]) -> str:
         " Imbalance = largest / mean device load per (step, layer); balancedness = mean / largest"
         " (SGLang: per layer and step, averaged; vLLM: summed over layers, per step). Gap to bound:"
         f" on the planning objective of windows {r['bound']['windows']}, to milp's proven lower bound."
-        f" Hindsight: exact {_within(r['hindsight_limit_s'])} per window."
+        f" Hindsight: exact {_within(r['hindsight_limit_s'])} per window, on its own steps; cross-fitted"
+        " (hindsight-crossfit): on its even steps for its odd ones and back."
     )
     lines = [
         head,
