@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_dropin import Row, Setup, core_balancers, replay
+from bench_dropin import FORESIGHT, Row, Setup, core_balancers, replay
 from bench_dropin import table as dropin_table
 from machine import describe
 
@@ -160,13 +160,12 @@ def dropin(instance: Instance, steps: np.ndarray) -> tuple[list[Row], Setup]:
     slots = eplb_slots(residency_problem(instance, cmp.window_demand_of(instance, steps[:window])))
     setup = Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
     rows = replay(steps, core_balancers(setup), 0, setup)
-    hindsight = replay(steps, core_balancers(setup), 0, setup, foresight=True)
-    for row in hindsight:
-        row.name += HINDSIGHT
-    return rows + hindsight, setup
-
-
-HINDSIGHT = " (hindsight)"  # planned on the steps it serves: the room any prediction of them has
+    for foresight in FORESIGHT[1:]:
+        more = replay(steps, core_balancers(setup), 0, setup, foresight=foresight)
+        for row in more:
+            row.name += f" ({foresight})"
+        rows += more
+    return rows, setup
 
 
 def dropin_targets(rows: list[Row]) -> list[str]:
@@ -183,14 +182,19 @@ def dropin_targets(rows: list[Row]) -> list[str]:
         f"- drop-in even: {100 * even:+.1f}% vs EPLB (target -3% or better): {_mark(even <= -0.03)}",
         f"- drop-in lp: {100 * lp:+.1f}% vs EPLB + lp (target -10% or better): {_mark(lp <= -0.10)}",
     ]
-    if {"EPLB" + HINDSIGHT, "ours, even" + HINDSIGHT, "ours, lp" + HINDSIGHT} <= set(by):
+    for foresight, what in zip(
+        FORESIGHT[1:], ("the steps it serves", "the window's other steps"), strict=True
+    ):
+        names = {name: f"{name} ({foresight})" for name in ("EPLB", "ours, even", "ours, lp")}
+        if not set(names.values()) <= set(by):
+            continue
         room = {
-            (name, split): p95(name + HINDSIGHT, split) / p95("EPLB", split) - 1
-            for name in ("EPLB", "ours, even", "ours, lp")
+            (n, split): p95(names[n], split) / p95("EPLB", split) - 1
+            for n in names
             for split in ("even", "best")
         }
         out.append(
-            "- room (each planned in hindsight on the steps it serves, vs EPLB planned on its history):"
+            f"- room, {foresight} (each planned on {what}, vs EPLB planned on its history):"
             f" even: EPLB {100 * room['EPLB', 'even']:+.1f}%, ours {100 * room['ours, even', 'even']:+.1f}%;"
             f" best split: EPLB {100 * room['EPLB', 'best']:+.1f}%,"
             f" ours lp {100 * room['ours, lp', 'best']:+.1f}%"
@@ -388,6 +392,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     settings = cmp.CompareSettings(bound_windows=0)  # hindsight on work limits: machine-independent
     began = time.perf_counter()
     result = cmp.compare(instance, steps, settings)
+    result["window_p95"] = window_p95(result["imbalance"], instance.policy.window_batches)
     seconds["compare"] = time.perf_counter() - began
     began = time.perf_counter()
     rows, setup = dropin(instance, steps)
@@ -418,8 +423,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
         "",
         cmp.markdown(result),
         "",
-        f"### Drop-in replay (every {setup.every} steps on the last {setup.history}; {setup.slots} slots,"
-        f" {setup.gpus} GPUs)",
+        dropin_heading(setup),
         "",
         *dropin_table(rows, 1),
         "",
@@ -435,7 +439,6 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
         ]
     lines.append("Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()) + ".")
     compact = {k: v for k, v in result.items() if k != "imbalance"}
-    compact["window_p95"] = window_p95(result["imbalance"], instance.policy.window_batches)
     return {
         "key": regime.key,
         "stats": stats,
@@ -465,7 +468,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "regimes.md")
     parser.add_argument("--collect", action="store_true", help="only rebuild the output from the parts")
     parser.add_argument(
-        "--dropin-only", action="store_true", help="only the drop-in replay (to results/regimes-dropin.md)"
+        "--dropin-only",
+        action="store_true",
+        help="only the drop-in replay (to results/regimes-dropin.md and into the saved parts)",
     )
     args = parser.parse_args(argv)
     if args.collect:
@@ -532,10 +537,32 @@ def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
         ]
         print("\n".join(part), flush=True)
         lines += part
+        splice_dropin(slug(regime.key), rows, setup)
     lines += DROPIN_NOTES
     lines.append(describe() + " Two cores shared with other jobs: seconds are inflated; ratios count.")
     output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
+
+
+def dropin_heading(setup: Setup) -> str:
+    return (
+        f"### Drop-in replay (every {setup.every} steps on the last {setup.history}; {setup.slots} slots,"
+        f" {setup.gpus} GPUs)"
+    )
+
+
+def splice_dropin(key: str, rows: list[Row], setup: Setup) -> None:
+    """Replace a saved part's drop-in target lines and table with a new replay's (the rest kept)."""
+    path = PARTS / f"{key}.md"
+    if not path.is_file() or "### Drop-in replay" not in path.read_text(encoding="utf-8"):
+        return
+    text = path.read_text(encoding="utf-8")
+    first, end = text.index("- drop-in"), text.index("\n\n### compare")
+    text = text[:first] + "\n".join(dropin_targets(rows)) + text[end:]
+    start = text.index("### Drop-in replay")
+    stop = min(i for i in (text.find("\n### ", start), text.find("\nSeconds:", start)) if i >= 0)
+    table = "\n".join([dropin_heading(setup), "", *dropin_table(rows, 1), ""])
+    path.write_text(text[:start] + table + text[stop:], encoding="utf-8")
 
 
 def collect(output: Path) -> None:
