@@ -139,8 +139,16 @@ def initial_layout(layers: int, experts: int, slots: int = SLOTS) -> np.ndarray:
     return np.tile(row, (layers, 1))
 
 
-def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS) -> list[Row]:
-    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps."""
+FORESIGHT = ("", "hindsight", "cross-fitted")  # what a plan sees of the window it is scored on
+
+
+def replay(
+    counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS, foresight: str = ""
+) -> list[Row]:
+    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps.
+    `foresight`: "hindsight" plans on the very steps it is scored on (all the room there is, noise
+    included); "cross-fitted" plans on the window's even steps for its odd ones and back (the
+    window's load known, not the steps scored: the room a prediction could have)."""
     steps, layers, experts = counts.shape
     every, gpus = setup.every, setup.gpus
     starts = list(range(every, steps, every))[: windows or None]
@@ -148,21 +156,54 @@ def replay(counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setu
     for row, plan in zip(rows, plans.values(), strict=True):
         in_service = initial_layout(layers, experts, setup.slots)
         for start in starts:
-            history = counts[max(0, start - setup.history) : start].astype(np.float64)
-            began = time.perf_counter()
+            served = np.arange(start, min(start + every, steps))
             try:
-                new = plan(history, in_service)
+                in_service = _serve(
+                    row, plan, counts, _pairs(served, start, setup, foresight), in_service, gpus
+                )
             except Exception as exc:  # a peer port failing must not stop the others
                 row.failed = f"window {len(row.even) + 1}: {type(exc).__name__}: {exc}"
                 break
-            row.seconds.append(time.perf_counter() - began)
-            row.moved.append(_moved(new, in_service, experts, gpus))
-            w = ds.normalised(counts[start : start + every].transpose(1, 0, 2).astype(np.float64), gpus)
-            row.even.append(ds.scores(new, w, ds.Shape(gpus, 1, "even")).ravel())
-            row.best.append(ds.scores(new, w, ds.Shape(gpus, 1, "lp")).ravel())
-            in_service = new
         print(f"{row.name}: {len(row.even)} windows {row.failed}", flush=True)
     return rows
+
+
+def _pairs(
+    served: np.ndarray, start: int, setup: Setup, foresight: str
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(steps planned on, steps scored on) for one window."""
+    if foresight == "hindsight":
+        return [(served, served)]
+    if foresight == "cross-fitted":
+        even, odd = served[::2], served[1::2]
+        return [(even, odd), (odd, even)] if odd.size else [(even, even)]
+    return [(np.arange(max(0, start - setup.history), start), served)]
+
+
+def _serve(
+    row: Row,
+    plan: Plan,
+    counts: np.ndarray,
+    pairs: list[tuple[np.ndarray, np.ndarray]],
+    in_service: np.ndarray,
+    gpus: int,
+) -> np.ndarray:
+    """Plan and score one window's pairs into `row`; the first pair's plan stays in service."""
+    experts = counts.shape[2]
+    even, best, kept = [], [], in_service
+    for i, (planned, scored) in enumerate(pairs):
+        began = time.perf_counter()
+        new = plan(counts[planned].astype(np.float64), in_service)
+        if i == 0:
+            row.seconds.append(time.perf_counter() - began)
+            row.moved.append(_moved(new, in_service, experts, gpus))
+            kept = new
+        w = ds.normalised(counts[scored].transpose(1, 0, 2).astype(np.float64), gpus)
+        even.append(ds.scores(new, w, ds.Shape(gpus, 1, "even")).ravel())
+        best.append(ds.scores(new, w, ds.Shape(gpus, 1, "lp")).ravel())
+    row.even.append(np.concatenate(even))
+    row.best.append(np.concatenate(best))
+    return kept
 
 
 def _moved(new: np.ndarray, old: np.ndarray, experts: int, gpus: int = GPUS) -> int:

@@ -1,13 +1,14 @@
 """CoMoE with `policy.migration_weight = -1` (chosen per window by the backtest, planning/backtest.py)
 against the peers, CoMoE at the fixed 0.2 and hindsight, per regime of the suite.
 
-The peers', fixed-0.2 and hindsight points are read from the suite's committed parts
+The peers' and hindsight points are read from the suite's committed parts
 (`benchmarks/results/regimes/<regime>.json`, the same steps; every planner there runs on work
-limits, so the numbers do not depend on the machine); CoMoE is planned here with the backtest at
-each copy share of `--shares`: 1 charges each copy its whole link time (the policy's default), 0
-counts copies without timing them. `--check` re-plans the fixed 0.2 on one regime to show the
-committed points still hold; `--collect` writes the table from the results present; `--whole
-INSTANCE` plans CoMoE on the instance's whole trace as the instance sets it.
+limits, so the numbers do not depend on the machine). CoMoE is planned here at the fixed 0.2 (the
+parts hold the instances' default, the backtest) and with the backtest at each copy share of
+`--shares`: 1 charges each copy its whole link time (the policy's default), 0 counts copies without
+timing them. `--check` re-plans the fixed 0.2 on one regime against this script's saved result;
+`--collect` writes the table from the results present; `--whole INSTANCE` plans CoMoE on the
+instance's whole trace as the instance sets it.
 
     .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C] [--collect]
     .venv/bin/python benchmarks/regimes_backtest.py --whole instances/real-gptoss20b.toml [--weight 0.2]
@@ -33,16 +34,16 @@ from comoe_opt.trace import instance_batches, load_trace
 from comoe_opt.trace.batching import windows
 
 OUT = ROOT / "benchmarks" / "results" / "regimes-backtest"
+FIXED = 0.2  # the weight every regime used before the backtest (set on GPT-OSS)
 
 
 def committed(key: str) -> dict[str, Any]:
-    """The suite's points for the regime: each peer's best routing, CoMoE at 0.2, hindsight."""
+    """The suite's points for the regime: each peer's best routing and hindsight."""
     part = json.loads((PARTS / f"{slug(key)}.json").read_text(encoding="utf-8"))
     result = part["compare"]
     peers = [p for p in cmp.peer_points(result) if p.planner != "comoe"]
-    comoe = next(p for p in cmp.peer_points(result) if p.planner == "comoe")
     hindsight = next(r["p95"] for r in result["rows"] if r["peer"] == "hindsight")
-    return {"steps": result["steps"], "peers": peers, "fixed": comoe, "hindsight": hindsight}
+    return {"steps": result["steps"], "peers": peers, "hindsight": hindsight}
 
 
 def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def run_regime(key: str, shares: tuple[float, ...], path: Path) -> dict[str, Any
     out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     out.update(key=key, instance=str(regime.path.relative_to(ROOT)), steps=points["steps"])
     out["peers"] = [p.__dict__ for p in points["peers"]]
-    out["fixed"] = points["fixed"].__dict__
+    out["fixed"] = planned(instance, steps, {"policy.migration_weight": FIXED})
     out["hindsight"] = points["hindsight"]
     out["fixed_verdict"] = verdict(out["fixed"], points["peers"], points["hindsight"])
     for share in shares:
@@ -108,13 +109,14 @@ def run_regime(key: str, shares: tuple[float, ...], path: Path) -> dict[str, Any
 
 
 def check(key: str) -> dict[str, Any]:
-    """CoMoE at the instance's fixed weight re-planned now, beside the committed point."""
+    """CoMoE at the fixed weight re-planned now, beside this script's saved point."""
     regime = next(r for r in REGIMES if r.key == key)
-    points = committed(key)
+    saved = json.loads((OUT / f"{slug(key)}.json").read_text(encoding="utf-8"))
     instance, trace = load_trace(load_instance(regime.path))
-    steps = cmp.step_counts(instance_batches(instance, trace))[: points["steps"]]
-    now = planned(instance, steps, {"policy.migration_weight": 0.2})
-    return {"key": key, "committed": points["fixed"].__dict__, "now": {k: now[k] for k in ("p95", "copies")}}
+    steps = cmp.step_counts(instance_batches(instance, trace))[: saved["steps"]]
+    now = planned(instance, steps, {"policy.migration_weight": FIXED})
+    pick = ("p95", "copies")
+    return {"key": key, "saved": {k: saved["fixed"][k] for k in pick}, "now": {k: now[k] for k in pick}}
 
 
 def whole_trace(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
             f"{best['planner']} {best['p95']:.3f} ({best['copies']:.0f})",
             f"{r['hindsight']:.3f}",
         ]
-        rows = [("fixed 0.2 (the suite's run)", r["fixed"], r["fixed_verdict"], None)]
+        rows = [(f"fixed {FIXED:g}", r["fixed"], r["fixed_verdict"], None)]
         for key in sorted((k for k in r if k.startswith("share ")), key=lambda k: -float(k.split()[1])):
             s = r[key]
             rows.append((f"backtest, copy share {key.split()[1]}", s, s["verdict"], s))
@@ -147,7 +149,8 @@ def table(results: list[dict[str, Any]]) -> list[str]:
             beaten = f"{v['beats']}/{v['of']}" + (
                 f" (not {', '.join(v['not_beaten'])})" if v["not_beaten"] else ""
             )
-            weights = "0.2" if run is None else " ".join(f"{w:g}" for w in run["weights"]["per_window"])
+            per_window = [FIXED] if run is None else run["weights"]["per_window"]
+            weights = " ".join(f"{w:g}" for w in per_window)
             solves = "1.00" if run is None else f"{run['solves'] / run['windows']:.2f}"
             cells = [
                 *head,
@@ -172,7 +175,7 @@ def _compared(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", help="comma-separated regime keys")
-    parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the committed")
+    parser.add_argument("--check", help="a regime whose fixed-0.2 point is re-planned against the saved one")
     parser.add_argument("--shares", default="1,0", help="policy.backtest_copy_share values to run")
     parser.add_argument("--whole", type=Path, help="an instance: CoMoE on its whole trace, as it is set")
     parser.add_argument("--weight", type=float, help="--whole: a fixed policy.migration_weight instead")

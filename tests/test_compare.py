@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import types
 
 import numpy as np
 import pytest
 from conftest import small_table
 from scipy.optimize import linprog
 
+from comoe_opt.evaluator import compare as compare_module
 from comoe_opt.evaluator.compare import (
+    CROSSFIT,
     CompareSettings,
     compare,
+    crossfit_run,
     device_loads,
+    peer_points,
     plan_peer,
     redundancy_sweep,
     step_counts,
@@ -106,10 +111,37 @@ def test_compare_orders_routings_and_bounds_every_peer():
         assert lp["balancedness_sglang"] >= even["balancedness_sglang"] - 1e-12
         assert flow["gap_to_bound"] >= -1e-9  # milp's bound is a lower bound of every plan
     assert rows["oracle", "flow"]["p50"] >= 1.0 and "hindsight" in {r["peer"] for r in result["rows"]}
+    # the cross-fitted hindsight is a limit beside hindsight, never a planning peer
+    assert rows[CROSSFIT, "flow"]["p95"] >= rows["oracle", "flow"]["p95"] - 1e-12
+    assert {p.planner for p in peer_points(result)} == set(PEERS)
     # copies per re-plan, recounted from EPLB's own plans: pages resident now and not before
     eplb = plan_peer(instance, steps, windows(steps.shape[0], instance.policy.window_batches), "eplb")
     moved = [int((b.resident & ~a.resident).sum()) for a, b in itertools.pairwise(eplb.placements)]
     assert rows["eplb", "even"]["copies_per_replan"] == pytest.approx(np.mean(moved))
+
+
+def test_crossfit_never_serves_a_step_with_a_plan_that_saw_it(monkeypatch):
+    """Each plan's id is written into the loads of the steps it serves: no step is served by a plan
+    of a set holding it; every window's two halves plan for each other; a one-step tail window is
+    served by the previous window's plan of its other parity."""
+    steps = np.arange(9, dtype=float)[:, None, None] * np.ones((9, 1, 2))  # step i holds i
+    seen: list[set[int]] = []
+
+    def planned_on(instance, counts, limit_s, what):
+        seen.append({int(v) for v in counts[:, 0, 0]})
+        return types.SimpleNamespace(resident=len(seen) - 1)
+
+    def served(counts, plan_id, routing):
+        return np.full((counts.shape[0], counts.shape[1], 2), float(plan_id))
+
+    monkeypatch.setattr(compare_module, "_exact_on", planned_on)
+    monkeypatch.setattr(compare_module, "device_loads", served)
+    instance = types.SimpleNamespace(hardware=types.SimpleNamespace(chiplets=2))
+    run, loads = crossfit_run(instance, steps, [(0, 4), (4, 8), (8, 9)], None)
+    assert seen == [{0, 2}, {1, 3}, {4, 6}, {5, 7}]
+    plan_of = loads[:, 0, 0].astype(int)
+    assert all(step not in seen[plan] for step, plan in enumerate(plan_of))
+    assert plan_of.tolist() == [1, 0, 1, 0, 3, 2, 3, 2, 3] and len(run.plan_s) == 3
 
 
 def test_redundancy_sweep_holds_more_memory_per_slot():
