@@ -63,6 +63,14 @@ def test_groups_of_one_see_each_scenario_alone_and_one_group_sees_the_sharing():
         assert groups_only(p, 3, solver=solver) == pytest.approx(16 / 3, rel=1e-6)
 
 
+def test_the_cpsat_group_solver_refuses_more_chiplets_than_it_can_enumerate():
+    # its model has a row per chiplet set (2^C): past 12 chiplets it names the solver that scales
+    work = [[[4, 4, 0]], [[4, 0, 4]]]
+    p = scenario_problem(work, [1] * 13, tokens=[[1, 1, 1]], nop=[0] * 13, all_resident=True)
+    with pytest.raises(ValueError, match=r"13 chiplets.*'cuts'"):
+        groups_only(p, 2, solver="cpsat")
+
+
 def test_a_layer_keeps_its_class_value_when_the_groups_prove_less():
     work = [[[4, 4, 0]], [[4, 0, 4]], [[0, 4, 4]]]
     p = scenario_problem(work, [2, 2], tokens=[[1, 1, 1]], nop=[0, 0], all_resident=True, max_replicas=1)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from comoe_opt.best_split.cut_condition import CutTable, related_speeds
+from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, CutTable, related_speeds
 from comoe_opt.residency.problem import ResidencyProblem
 
 SCALE_DIGITS = 1e7  # the objective's scale: its largest term maps to about this many integer units
@@ -64,6 +64,11 @@ class _Model:
     def __init__(self, p: ResidencyProblem, page_cost: np.ndarray):
         if p.layers != 1:
             raise ValueError("a group is one layer")
+        if p.chiplets > MAX_ENUMERATED_CHIPLETS:  # one row per chiplet set: 2^C of them
+            raise ValueError(
+                f"the cpsat group solver enumerates the 2^C chiplet sets: {p.chiplets} chiplets is more"
+                f" than {MAX_ENUMERATED_CHIPLETS}; use the 'cuts' solver"
+            )
         E, C, S, W = p.experts, p.chiplets, p.scenarios, p.batches
         self.p, m = p, cp_model.CpModel()
         self.model = m
