@@ -182,3 +182,13 @@ def test_price_steps_keep_a_bound_at_least_the_first(p):
     stepped = stepped_lagrangian(p, prices, stop_at=math.inf)
     assert first.bound - TOL * scale <= stepped.bound <= best + TOL * scale
     assert lagrangian_value(p, stepped.prices).bound == pytest.approx(stepped.bound, rel=1e-9, abs=1e-9)
+
+
+def test_the_checker_refuses_more_chiplets_than_it_enumerates():
+    # the checker's own 2^C table, bounded: a witness over 17 chiplets is refused, not enumerated
+    work = [[[4, 4, 0]], [[4, 0, 4]], [[0, 4, 4]]]
+    p = scenario_problem(work, [1] * 17, tokens=[[1, 1, 1]], nop=[0] * 17, all_resident=True, max_replicas=1)
+    cert = group_bound(p, free(p), np.array([NONE]), group_size=3).certificate(p)
+    assert cert.groups[0], "the group closed: a witness to check"
+    with pytest.raises(CertificateError, match="17 chiplets"):
+        check_group_certificate(p, cert)

@@ -33,6 +33,10 @@ import numpy as np
 from comoe_opt.residency.bounds.check_bound import CertificateError, _speeds
 from comoe_opt.residency.problem import ResidencyProblem
 
+# The witness check takes each scenario's makespan over all 2^C − 1 chiplet sets by itself (no min
+# cut: the check must not run the code it checks): 65,535 sets at 16 chiplets, a bounded table
+MAX_CHECKED_CHIPLETS = 16
+
 KIND = "comoe-opt scenario-group bound certificate"
 VERSION = 1
 CLAIM_TOLERANCE = 1e-7  # relative: a group's claim above its witness by solver round-off only
@@ -131,6 +135,11 @@ def _witness_value(p, layer: int, scenarios: list[int], masks: np.ndarray, per_c
     """The group objective of a placement of one layer (replica sets as bit masks), from the data:
     (W/|G|) Σ_s z*_s + W (NoP beyond the least + misses) + κ copies + priced pages."""
     E, C, W = p.experts, p.chiplets, p.batches
+    if C > MAX_CHECKED_CHIPLETS:  # the check enumerates the 2^C chiplet sets itself, on purpose
+        raise CertificateError(
+            f"a witness over {C} chiplets: this check enumerates the 2^C chiplet sets, up to"
+            f" {MAX_CHECKED_CHIPLETS} chiplets"
+        )
     if masks.shape != (E,) or masks.min() < 0 or masks.max() >= 1 << C:
         raise CertificateError(f"a witness gives {E} replica sets over {C} chiplets")
     resident = ((masks[:, None] >> np.arange(C)) & 1).astype(bool)  # [E, C]
