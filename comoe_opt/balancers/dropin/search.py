@@ -903,12 +903,15 @@ class MomentSearch(Search):
         spread -= 2 * a * bf * self._cross(rows, s.e, s.f).astype(f4)
         kept = total - np.exp(expo[b, s.gi] - peak) - np.exp(expo[b, s.gj] - peak)  # the other GPUs
         total = np.maximum(kept, 0.0)
-        for g, sign in ((s.gi, -1.0), (s.gj, 1.0)):
-            new_mu = mu[b, g] + sign * shift
-            cov = a * self.cov[rows, s.e, g].astype(f4) - bf * self.cov[rows, s.f, g].astype(f4)
-            new_var = var[b, g] + spread + 2 * sign * cov
-            total = total + np.exp((new_mu - top) / t + new_var / (2 * t**2) - peak)
-        value = top + t * (peak + np.log(total))
+        # a swap that loads a GPU far past the current peak overflows float32 to inf: its value is
+        # then inf, the move is never taken, and the overflow is no error
+        with np.errstate(over="ignore"):
+            for g, sign in ((s.gi, -1.0), (s.gj, 1.0)):
+                new_mu = mu[b, g] + sign * shift
+                cov = a * self.cov[rows, s.e, g].astype(f4) - bf * self.cov[rows, s.f, g].astype(f4)
+                new_var = var[b, g] + spread + 2 * sign * cov
+                total = total + np.exp((new_mu - top) / t + new_var / (2 * t**2) - peak)
+            value = top + t * (peak + np.log(total))
         out[:, swaps] = np.where(s.valid, value + self._move_costs(s), np.inf)
         return out
 
