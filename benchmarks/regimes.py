@@ -378,7 +378,8 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     began = time.perf_counter()
     stats = regime_stats(instance, trace, batches.window(0, min(limit, batches.batches)))
     seconds["stats"] = time.perf_counter() - began
-    settings = cmp.CompareSettings(bound_windows=0)  # hindsight on work limits: machine-independent
+    # hindsight (and cross-fitted) on work limits: machine-independent
+    settings = cmp.CompareSettings(bound_windows=0, crossfit=True)
     began = time.perf_counter()
     result = cmp.compare(instance, steps, settings)
     result["window_p95"] = window_p95(result["imbalance"], instance.policy.window_batches)

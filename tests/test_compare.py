@@ -103,7 +103,7 @@ def test_compare_orders_routings_and_bounds_every_peer():
     steps = step_counts(instance_batches(instance))
     assert steps.sum(axis=2).min() == 8 * 2  # tokens x top-k per step and layer
     # hindsight and the bound on work limits (the default): nothing here depends on the clock
-    result = compare(instance, steps, CompareSettings(peers=PEERS, bound_windows=2))
+    result = compare(instance, steps, CompareSettings(peers=PEERS, bound_windows=2, crossfit=True))
     rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
     for peer in PEERS:
         even, lp, flow = (rows[peer, routing] for routing in ("even", "lp", "flow"))

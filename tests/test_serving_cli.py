@@ -70,10 +70,11 @@ def test_compare_a_dump_with_redundant_slots_answers_from_the_table(tmp_path: Pa
 
 def test_compare_a_dump_table_answers_per_dispatch(tmp_path: Path, cli) -> None:
     dump = _dump(tmp_path)
-    out = cli("compare", "--counts", dump, "--gpus", 8, "--expert-mb", "44", *FAST, "--json")
+    out = cli("compare", "--counts", dump, "--gpus", 8, "--expert-mb", "44", *FAST, "--crossfit", "--json")
     assert out.code == 0, out.err
     result = out.json()
     rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
+    assert ("hindsight-crossfit", "flow") in rows  # --crossfit: a limit beside hindsight, not a peer
     even, lp, gap, regime = result["answer"]
     for line, routing in ((even, "even"), (lp, "lp")):
         best = rows[("eplb", routing)]  # the only engine balancer among the peers

@@ -43,6 +43,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         peers=peers,
         steps=args.steps,
         hindsight_limit_s=args.hindsight_limit,
+        crossfit=args.crossfit,
         bound_windows=args.bound_windows,
     )
     regime = counts_regime(steps, instance.costs) if sized else None

@@ -198,6 +198,12 @@ def _compare(verbs: Any) -> None:
         help="seconds of `exact` per window for hindsight (default: work limits, machine-independent)",
     )
     cmp.add_argument(
+        "--crossfit",
+        action="store_true",
+        help="also hindsight cross-fitted: each window's even steps planned for its odd ones and back"
+        " (the window's load known, not the steps scored; two more `exact` solves per window)",
+    )
+    cmp.add_argument(
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
     )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
