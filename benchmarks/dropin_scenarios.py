@@ -18,12 +18,10 @@ import numpy as np
 from bench_dropin import Setup, _ours, core_balancers, replay
 from bench_dropin import table as dropin_table
 from machine import describe
-from regimes import REGIMES, ROOT
+from regimes import REGIMES, ROOT, replay_setup
 
 from comoe_opt.evaluator import compare as cmp
 from comoe_opt.instance import load_instance
-from comoe_opt.residency.heuristics import eplb_slots
-from comoe_opt.residency.problem import residency_problem
 from comoe_opt.stats.sparse import smoothed_scenarios
 from comoe_opt.trace import instance_batches
 
@@ -44,9 +42,7 @@ def run(key: str) -> list[str]:
     regime = next(r for r in REGIMES if r.key == key)
     instance = load_instance(regime.path)
     steps = cmp.step_counts(instance_batches(instance))[: regime.steps]
-    window = instance.policy.window_batches
-    slots = eplb_slots(residency_problem(instance, cmp.window_demand_of(instance, steps[:window])))
-    setup = Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
+    setup = replay_setup(instance, steps)
     plans = core_balancers(setup)
     plans["ours, even, on scenarios"] = on_scenarios(setup, "even")
     plans["ours, lp, on scenarios"] = on_scenarios(setup, "lp")

@@ -153,11 +153,17 @@ def stats_lines(s: dict[str, Any], target: str) -> list[str]:
 # ---- the drop-in replay
 
 
-def dropin(instance: Instance, steps: np.ndarray) -> tuple[list[Row], Setup]:
-    """EPLB's port and ours (even, lp) re-planned as the instance's policy re-plans."""
+def replay_setup(instance: Instance, steps: np.ndarray) -> Setup:
+    """The drop-in replay's set-up as the instance's policy re-plans: EPLB's slots, its GPUs,
+    re-plan interval and history (steps)."""
     window = instance.policy.window_batches
     slots = eplb_slots(residency_problem(instance, cmp.window_demand_of(instance, steps[:window])))
-    setup = Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
+    return Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
+
+
+def dropin(instance: Instance, steps: np.ndarray) -> tuple[list[Row], Setup]:
+    """EPLB's port and ours (even, lp) re-planned as the instance's policy re-plans."""
+    setup = replay_setup(instance, steps)
     rows = replay(steps, core_balancers(setup), 0, setup)
     for foresight in FORESIGHT[1:]:
         more = replay(steps, core_balancers(setup), 0, setup, foresight=foresight)
