@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
+from comoe_opt.deadline import Deadline
+from comoe_opt.highs import mip_work
 from comoe_opt.residency.bounds.colocation import add_colocation
 from comoe_opt.residency.bounds.decompose import (
     ClassModel,
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = window_problem(args.instance, args.window, overrides)
     cert = class_lp_certificate(problem)
     prices = Prices.of_duals(cert.coupling_duals)
-    layers = lagrangian_value(problem, prices, stop_at=time.perf_counter() + args.lagrangian_seconds)
+    layers = lagrangian_value(problem, prices, deadline=Deadline(args.lagrangian_seconds))
     placement = solve(problem, "milp", time_limit_s=args.milp_seconds, mip_gap=1e-2).solution
     reduced = reduced_layer_values(problem, prices, placement)
     gaps = reduced - layers.layer_bounds
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         for experts in args.colocation:
             model = ClassModel(problem, classes, [layer], prices)
             cuts, began = add_colocation(model, layer, experts), time.perf_counter()
-            outcome = model.lp.solve(mip_gap=0.0)
+            outcome = model.lp.solve(mip_gap=0.0, options=mip_work(100_000))
             seconds = time.perf_counter() - began
             print(f"layer {layer}: class value {layers.layer_bounds[layer]:.4f}, with co-location rows "
                   f"on the {experts} burstiest experts ({cuts} pair cuts) {outcome.bound:.4f} "

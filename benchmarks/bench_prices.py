@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.residency.bounds.decompose import Prices, class_lp_certificate, lagrangian_value
 
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     for scale in args.scale:
         for second in args.second:
             prices = Prices(np.array([lp.class_pages[0] * scale, second]), lp.budget, lp.quota)
-            value = lagrangian_value(problem, prices, stop_at=time.perf_counter() + args.seconds)
+            value = lagrangian_value(problem, prices, deadline=Deadline(args.seconds))
             pages = value.class_pages.astype(int).tolist()
             print(f"| {prices.class_pages[0]:.5f} | {second:.5f} | {value.bound:.5f} | {pages} "
                   f"| {bool(value.closed.all())} |", flush=True)  # fmt: skip

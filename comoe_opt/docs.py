@@ -5,6 +5,7 @@ from __future__ import annotations
 from comoe_opt.instance import (
     MAX_PLACEMENT_CELLS,
     MAX_TRACE_ROUTES,
+    CountsTrace,
     FileTrace,
     Hardware,
     ModelShape,
@@ -19,6 +20,7 @@ _TABLES = [
     ("[hardware]", Hardware),
     ('[trace] with kind = "synthetic"', SyntheticTrace),
     ('[trace] with kind = "file"', FileTrace),
+    ('[trace] with kind = "counts"', CountsTrace),
     ("[policy]", Policy),
     ("[runtime]", Runtime),
 ]

@@ -13,6 +13,12 @@ statuses are mapped onto the project's `Status` here and nowhere else.
 
 No `threads` option is set: HiGHS keeps one thread pool per process and
 refuses a different count once a solve has started it.
+
+Every call is bounded: by a time limit (the online loop), or else by work
+(`mip_work`: branch-and-bound nodes; `lp_work`: simplex iterations), so that
+a run without a clock ends and gives the same answer on any machine. A call
+with neither is a bug in its caller and raises `UnboundedSolve` before HiGHS
+starts (tests/test_work_limits.py runs every verb through this check).
 """
 
 from __future__ import annotations
@@ -42,6 +48,60 @@ _STATUS = {
     TC.error: Status.ERROR,
     TC.unknown: Status.ERROR,
 }
+
+
+class UnboundedSolve(RuntimeError):
+    """A solver call with neither a time limit nor a work limit: a bug in its caller."""
+
+
+def mip_work(nodes: int) -> dict[str, int]:
+    """HiGHS options bounding a MIP by work: at most `nodes` branch-and-bound nodes. HiGHS applies
+    no simplex iteration limit inside a MIP, so the caller bounds the work of a node by the model's
+    size (`nodes_within`)."""
+    return {"mip_max_nodes": int(nodes)}
+
+
+def lp_work(rows: int, columns: int) -> dict[str, int]:
+    """HiGHS options bounding an LP by work: `LP_ITERATIONS_PER_ROW` simplex iterations per row and
+    column, far above what a simplex needs (a few per row), so that it binds only on a model
+    that cycles or stalls; an LP stopped on it proves nothing and its caller treats it so."""
+    return {"simplex_iteration_limit": max(LP_MIN_ITERATIONS, LP_ITERATIONS_PER_ROW * (rows + columns))}
+
+
+def nodes_within(rows: int, node_rows: int, most: int) -> int:
+    """Branch-and-bound nodes for a MIP of `rows` rows on a budget of `node_rows` node-rows (a
+    node's simplex work grows with the rows), at most `most` and at least one."""
+    return max(1, min(most, node_rows // max(rows, 1)))
+
+
+LP_ITERATIONS_PER_ROW = 50  # simplex iterations per row and column of an LP without a time limit
+LP_MIN_ITERATIONS = 10_000  # ... and at least this many
+
+
+def _bounded(time_limit_s: float | None, options: dict | None, mip: bool, size: int) -> dict:
+    """The call's options, bounded by work: its own work limit; with a time limit and none of its
+    own, the backstop (`BACKSTOP_NODES`, `lp_work`), so that no call rests on the clock alone; with
+    neither, `UnboundedSolve`."""
+    options = dict(options or {})
+    if "mip_max_nodes" in options or (not mip and "simplex_iteration_limit" in options):
+        return options
+    if time_limit_s is None or not math.isfinite(time_limit_s):
+        kind = "a node limit (mip_work)" if mip else "an iteration limit (lp_work)"
+        raise UnboundedSolve(f"a HiGHS call without a time limit needs {kind}")
+    return {**options, **(mip_work(BACKSTOP_NODES) if mip else lp_work(size, 0))}
+
+
+# Nodes of a MILP run under a time limit without a work limit of its own: a backstop that no solve
+# of this project's shapes reaches within its time (HiGHS explores a few thousand nodes a second on
+# them: GPT-OSS windows' replica and cut models, 60 s)
+BACKSTOP_NODES = 10_000_000
+
+
+def handed_time_limit(seconds: float) -> float:
+    """The time limit HiGHS is given for `seconds` of a deadline. HiGHS measures real seconds; the
+    tests replace this (their deadlines run on fake clocks, and no result of theirs may rest on
+    HiGHS's own clock: tests/conftest.py)."""
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -85,8 +145,12 @@ def solve_with_highs(
             return HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, handover, NOT_STARTED, handover)
         left = deadline.remaining()
         time_limit_s = left if time_limit_s is None else min(time_limit_s, left)
+    solver.highs_options = {
+        **solver.highs_options,
+        **_bounded(time_limit_s, options, _has_integers(model), model.nconstraints() + model.nvariables()),
+    }
     if time_limit_s is not None and math.isfinite(time_limit_s):
-        solver.config.time_limit = max(time_limit_s, 0.01)
+        solver.config.time_limit = max(handed_time_limit(time_limit_s), 0.01)
     results = solver.solve(model)
     runtime = time.perf_counter() - start
     status = _STATUS.get(results.termination_condition, Status.ERROR)
@@ -108,6 +172,10 @@ def solve_with_highs(
 
 
 NOT_STARTED = "not started: the time limit passed during the model hand-over"
+
+
+def _has_integers(model: pyo.ConcreteModel) -> bool:
+    return any(not v.is_continuous() for v in model.component_data_objects(pyo.Var, active=True))
 
 
 def _hand_over(solver: Highs, model: pyo.ConcreteModel) -> None:
@@ -155,6 +223,11 @@ class DirectModel:
     def columns(self) -> int:
         """Columns so far, queued ones included."""
         return self.h.getNumCol() + self._queued_columns
+
+    @property
+    def rows(self) -> int:
+        """Rows so far, queued ones included."""
+        return self.h.getNumRow() + len(self._rows)
 
     def add_columns(self, cost, lower, upper, integer: bool = False) -> int:
         """Queue columns (no coefficients yet; added at the next `flush`); returns the index of
@@ -214,10 +287,13 @@ class DirectModel:
     ) -> HighsOutcome:
         """Solve as the model stands; `options` (HiGHS's, e.g. `mip_max_nodes`) stay set after."""
         self.flush()
-        for name, value in (options or {}).items():
+        options = _bounded(
+            time_limit_s, options, self._has_integers(), self.h.getNumRow() + self.h.getNumCol()
+        )
+        for name, value in options.items():
             self.h.setOptionValue(name, value)
         if time_limit_s is not None:
-            self.h.setOptionValue("time_limit", max(time_limit_s, 0.01))
+            self.h.setOptionValue("time_limit", max(handed_time_limit(time_limit_s), 0.01))
         if mip_gap is not None:
             self.h.setOptionValue("mip_rel_gap", mip_gap)
         start = time.perf_counter()
@@ -237,6 +313,9 @@ class DirectModel:
             runtime_s=runtime,
             solver_status=self.h.modelStatusToString(model_status),
         )
+
+    def _has_integers(self) -> bool:
+        return bool(np.any(np.asarray(self.h.getLp().integrality_) != 0))
 
     def values(self, first: int = 0, count: int | None = None) -> np.ndarray:
         col = np.asarray(self.h.getSolution().col_value)

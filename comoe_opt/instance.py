@@ -34,6 +34,10 @@ WHY_TOP_K = "real routers pick 1-16 experts per token"
 WHY_CHIPLETS = "the largest expert-parallel deployments use a few hundred devices"
 WHY_TOKENS = "a micro-batch of 2^20 tokens is far past any accelerator's batch"
 WHY_BATCHES = "caps what one run replays or plans on; split longer runs"
+WHY_HARDWARE = "far past any real device or link: a slip of a digit is an error, not a result"
+WHY_PRICE = "a weight beyond this makes every other term round off against it"
+WHY_ENERGY = "far past any real memory, link or compute energy"
+WHY_SEED = "seeds are 64-bit"
 MAX_TRACE_ROUTES = 2**31  # micro_batches x tokens_per_batch x layers x top_k of a generated trace
 MAX_PLACEMENT_CELLS = 2**26  # layers x experts x chiplets: the slow loop's per-cell arrays
 
@@ -45,14 +49,18 @@ class ModelShape:
     layers: int = param("MoE layers", ge=1, le=1024, why=WHY_LAYERS)
     experts_per_layer: int = param("routed experts per MoE layer", ge=2, le=4096, why=WHY_EXPERTS)
     top_k: int = param("experts each token selects per layer", ge=1, le=64, why=WHY_TOP_K)
-    page_gb: float = param("weights of one logical expert (one page)", "GB", gt=0)
-    hidden_size: int = param("token activation width (for token traffic)", "elements", ge=1)
-    bytes_per_element: float = param("activation bytes per element", "B", gt=0)
+    page_gb: float = param("weights of one logical expert (one page)", "GB", gt=0, le=1e4, why=WHY_HARDWARE)
+    hidden_size: int = param(
+        "token activation width (for token traffic)", "elements", ge=1, le=2**20, why=WHY_HARDWARE
+    )
+    bytes_per_element: float = param("activation bytes per element", "B", gt=0, le=64, why=WHY_HARDWARE)
     expert_gflop_per_token: float = param(
         "expert FLOPs per token (0 = 2 FLOP per weight: 2 * page_gb / bytes_per_element)",
         "GFLOP",
         ge=0,
         default=0.0,
+        le=1e6,
+        why=WHY_HARDWARE,
     )
     expert_groups: int = param(
         "expert groups of group-limited routing (DeepSeek-V3: n_group = 8); EPLB's hierarchical "
@@ -137,24 +145,43 @@ class Hardware:
 
     chiplets: int = param("expert chiplets (or expert-parallel devices)", ge=1, le=1024, why=WHY_CHIPLETS)
     capacity_gb: tuple[float, ...] = param(
-        "local memory for resident expert pages, per chiplet", "GB", ge=0, per_chiplet=True
+        "local memory for resident expert pages, per chiplet",
+        "GB",
+        ge=0,
+        per_chiplet=True,
+        le=1e6,
+        why=WHY_HARDWARE,
     )
     local_bandwidth_gb_s: tuple[float, ...] = param(
-        "effective local memory bandwidth, per chiplet", "GB/s", gt=0, per_chiplet=True
+        "effective local memory bandwidth, per chiplet",
+        "GB/s",
+        gt=0,
+        per_chiplet=True,
+        le=1e7,
+        why=WHY_HARDWARE,
     )
     peak_tflops: tuple[float, ...] = param(
-        "peak dense compute, per chiplet", "TFLOP/s", gt=0, per_chiplet=True
+        "peak dense compute, per chiplet", "TFLOP/s", gt=0, per_chiplet=True, le=1e7, why=WHY_HARDWARE
     )
-    d2d_bandwidth_gb_s: float = param("effective die-to-die bandwidth shared by weight loads", "GB/s", gt=0)
+    d2d_bandwidth_gb_s: float = param(
+        "effective die-to-die bandwidth shared by weight loads", "GB/s", gt=0, le=1e7, why=WHY_HARDWARE
+    )
     nop_hops: tuple[int, ...] = param(
         "network-on-package hops from the attention chiplet, per chiplet",
         "hops",
         ge=0,
         per_chiplet=True,
+        le=1024,
+        why=WHY_HARDWARE,
     )
-    hop_latency_ns: float = param("latency of one NoP hop", "ns", ge=0)
+    hop_latency_ns: float = param("latency of one NoP hop", "ns", ge=0, le=1e9, why=WHY_HARDWARE)
     prefetch_buffer_gb: tuple[float, ...] = param(
-        "prefetch buffer (not counted as residency), per chiplet", "GB", ge=0, per_chiplet=True
+        "prefetch buffer (not counted as residency), per chiplet",
+        "GB",
+        ge=0,
+        per_chiplet=True,
+        le=1e6,
+        why=WHY_HARDWARE,
     )
     copy_topology: Literal["chiplet", "devices"] = param(
         "how re-plan copies travel: chiplet = one shared die-to-die link (the paper); devices = each "
@@ -166,6 +193,8 @@ class Hardware:
         "GB/s",
         gt=0,
         default=300.0,
+        le=1e7,
+        why=WHY_HARDWARE,
     )
     copy_inter_node_gb_s: float = param(
         "devices: copy bandwidth into a device from another node or host memory (InfiniBand-/PCIe-"
@@ -173,6 +202,8 @@ class Hardware:
         "GB/s",
         gt=0,
         default=40.0,
+        le=1e7,
+        why=WHY_HARDWARE,
     )
     devices_per_node: int = param(
         "expert-parallel devices per node (0 = all in one node); EPLB's hierarchical mode packs "
@@ -197,10 +228,14 @@ class SyntheticTrace:
     kind: Literal["synthetic"] = param("trace source kind")
     zipf_alpha: float = param("Zipf exponent of expert popularity (router first choice)", ge=0, le=5)
     rho: float = param("probability a token follows its current expert's successors", ge=0, le=1)
-    drift_every: int = param("micro-batches between phase changes (hot set, successors)", ge=1)
+    drift_every: int = param(
+        "micro-batches between phase changes (hot set, successors)", ge=1, le=10**7, why=WHY_BATCHES
+    )
     tokens_per_batch: int = param("tokens per micro-batch", "tokens", ge=1, le=2**20, why=WHY_TOKENS)
     micro_batches: int = param("micro-batches to generate", ge=1, le=10**6, why=WHY_BATCHES)
-    seed: int = param("random seed; the same seed gives the same trace bit for bit", ge=0)
+    seed: int = param(
+        "random seed; the same seed gives the same trace bit for bit", ge=0, le=2**63 - 1, why=WHY_SEED
+    )
     successor_weight: float = param(
         "share of an expert's successor distribution on its preferred successor",
         ge=0,
@@ -286,7 +321,26 @@ class FileTrace:
     )
 
 
-TraceSource = SyntheticTrace | FileTrace
+@dataclass(frozen=True)
+class CountsTrace:
+    """An expert-load dump (per-step counts [steps, layers, experts]: SGLang's recorder, .npz,
+    JSON; docs/trace-format.md) standing for the trace: `compare` and `solve` plan from its
+    counts as they are; verbs that replay tokens (`evaluate`, `gap`) replay each step as
+    `tokens_per_batch` tokens whose per-layer selections are the step's counts
+    (trace/from_counts.py)."""
+
+    kind: Literal["counts"] = param("trace source kind")
+    path: str = param("load dump, relative to the instance file")
+    tokens_per_batch: int = param(
+        "tokens per step when a step is replayed as tokens", ge=1, le=2**20, why=WHY_TOKENS
+    )
+    micro_batches: int = param(
+        "use at most this many steps (0 = all)", ge=0, le=10**6, default=0, why=WHY_BATCHES
+    )
+
+
+TraceSource = SyntheticTrace | FileTrace | CountsTrace
+DUMPED = (FileTrace, CountsTrace)  # the trace kinds read from a file (`path`)
 
 
 @dataclass(frozen=True)
@@ -300,7 +354,7 @@ class Policy:
         "past windows the slow loop plans on (rolling horizon)", ge=1, le=10**4, default=1, why=WHY_BATCHES
     )
     transition_eps: float = param(
-        "transition-graph smoothing ε added to every count", "count", gt=0, default=0.05
+        "transition-graph smoothing ε added to every count", "count", gt=0, default=0.05, le=1
     )
     transition_top_s: int = param(
         "successors kept per transition-graph node", ge=1, le=4096, default=8, why=WHY_EXPERTS
@@ -309,7 +363,7 @@ class Policy:
         "prefetch the top successor when its probability is at least this", ge=0, le=1, default=0.5
     )
     entropy_high_bits: float = param(
-        "... and the node's successor entropy is at most this", "bit", ge=0, default=2.5
+        "... and the node's successor entropy is at most this", "bit", ge=0, default=2.5, le=64
     )
     theta_low: float = param(
         "middle band: top successor probability at least this (prefetch two candidates)",
@@ -318,9 +372,20 @@ class Policy:
         default=0.2,
     )
     replica_budget_pages: int = param(
-        "most resident pages over all chiplets (0 = total capacity)", "pages", ge=0, default=0
+        "most resident pages over all chiplets (0 = total capacity)",
+        "pages",
+        ge=0,
+        default=0,
+        le=MAX_PLACEMENT_CELLS,
+        why="a placement holds at most MAX_PLACEMENT_CELLS pages",
     )
-    max_replicas: int = param("most replicas of one logical expert (0 = one per chiplet)", ge=0, default=0)
+    max_replicas: int = param(
+        "most replicas of one logical expert (0 = one per chiplet)",
+        ge=0,
+        default=0,
+        le=1024,
+        why=WHY_CHIPLETS,
+    )
     prefetch_exposed: float = param(
         "share of a prefetched page's load time still paid (bandwidth contention)", ge=0, le=1, default=0.2
     )
@@ -330,6 +395,8 @@ class Policy:
         "the rolling horizon reports the choice)",
         ge=-1,
         default=1.0,
+        le=1e6,
+        why=WHY_PRICE,
     )
     backtest_copy_share: float = param(
         "migration_weight = -1: share of a re-plan copy's link time (costs.replan_copy_ms) the backtest "
@@ -341,7 +408,11 @@ class Policy:
         default=1.0,
     )
     lease_windows: int = param(
-        "windows a newly copied replica stays before it may be evicted (hysteresis)", ge=0, default=1
+        "windows a newly copied replica stays before it may be evicted (hysteresis)",
+        ge=0,
+        default=1,
+        le=10**4,
+        why=WHY_BATCHES,
     )
     all_resident: bool = param(
         "every logical expert keeps at least one replica (serving engines such as SGLang require it)",
@@ -406,8 +477,12 @@ class Runtime:
         "ms",
         ge=0,
         default=0.6,
+        le=1e6,
+        why=WHY_HARDWARE,
     )
-    route_ms: float = param("top-k selection and directory lookup per layer", "ms", ge=0, default=0.01)
+    route_ms: float = param(
+        "top-k selection and directory lookup per layer", "ms", ge=0, default=0.01, le=1e6, why=WHY_HARDWARE
+    )
     attention_share: float = param(
         "0, or the share of static's mean per-layer latency that is attention: the evaluator then "
         "sets attention_ms from a static replay of the same micro-batches before every run "
@@ -428,11 +503,15 @@ class Runtime:
         why=WHY_BATCHES,
     )
     d2d_pj_per_bit: float = param(
-        "die-to-die transfer energy (UCIe-class links)", "pJ/bit", ge=0, default=0.5
+        "die-to-die transfer energy (UCIe-class links)", "pJ/bit", ge=0, default=0.5, le=1e6, why=WHY_ENERGY
     )
-    hbm_pj_per_bit: float = param("local HBM read energy", "pJ/bit", ge=0, default=3.9)
-    sram_pj_per_bit: float = param("on-chip SRAM access energy (token buffers)", "pJ/bit", ge=0, default=0.1)
-    pj_per_flop: float = param("expert compute energy", "pJ/FLOP", ge=0, default=0.4)
+    hbm_pj_per_bit: float = param(
+        "local HBM read energy", "pJ/bit", ge=0, default=3.9, le=1e6, why=WHY_ENERGY
+    )
+    sram_pj_per_bit: float = param(
+        "on-chip SRAM access energy (token buffers)", "pJ/bit", ge=0, default=0.1, le=1e6, why=WHY_ENERGY
+    )
+    pj_per_flop: float = param("expert compute energy", "pJ/FLOP", ge=0, default=0.4, le=1e6, why=WHY_ENERGY)
 
 
 @dataclass(frozen=True)
@@ -607,12 +686,13 @@ def _build_hardware(table: Any, source: str | Path) -> Hardware:
 
 
 def _build_trace(table: Any, source: str | Path) -> TraceSource:
-    kinds: dict[str, type] = {"synthetic": SyntheticTrace, "file": FileTrace}
+    kinds: dict[str, type] = {"synthetic": SyntheticTrace, "file": FileTrace, "counts": CountsTrace}
     kind = table.get("kind") if isinstance(table, dict) else None
+    known = "'synthetic', 'file' or 'counts'"
     if not isinstance(kind, str) or kind not in kinds:
         if isinstance(table, dict) and "kind" not in table:
-            raise InputError(source, "trace.kind", "missing required key ('synthetic' or 'file')")
-        raise InputError(source, "trace.kind", f"must be 'synthetic' or 'file', got {kind!r}")
+            raise InputError(source, "trace.kind", f"missing required key ({known})")
+        raise InputError(source, "trace.kind", f"must be {known}, got {kind!r}")
     return build(kinds[kind], table, source, "trace")
 
 

@@ -29,19 +29,18 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def process_pool(
-    jobs: int, *, preload: Sequence[str] = (), ignore_sigint: bool = False
-) -> cf.ProcessPoolExecutor:
+def process_pool(jobs: int, *, preload: Sequence[str] = ()) -> cf.ProcessPoolExecutor:
     """A pool of `jobs` workers that import `preload` once (in the fork server).
 
-    With `ignore_sigint`, Ctrl-C reaches only the parent, which then decides
-    what an interrupt means (the benchmark runner stores finished runs first).
+    Workers ignore Ctrl-C (a terminal sends it to the whole process group): it reaches the
+    parent, which decides what an interrupt means (interrupts.py; the benchmark runner stores
+    finished runs first), and the workers exit when it does.
     """
     return cf.ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=_context(preload),
         initializer=_start_worker,
-        initargs=(os.getpid(), ignore_sigint),
+        initargs=(os.getpid(),),
     )
 
 
@@ -140,11 +139,11 @@ def _context(preload: Sequence[str]) -> Any:
 PARENT_POLL_S = 0.5  # how often a worker checks that the process that started it is alive
 
 
-def _start_worker(parent: int, ignore_sigint: bool) -> None:
-    """Set up a worker: it exits as soon as its parent dies (even by kill -9, which runs no
-    cleanup), instead of idling for minutes on the memory and pipes of a run nobody waits for."""
-    if ignore_sigint:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _start_worker(parent: int) -> None:
+    """Set up a worker: it ignores Ctrl-C, and exits as soon as its parent dies (even by kill -9,
+    which runs no cleanup), instead of idling for minutes on the memory and pipes of a run nobody
+    waits for."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True, name="parent-watch").start()
 
 

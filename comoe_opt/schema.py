@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 import types
 import typing
 from dataclasses import MISSING, dataclass
@@ -41,10 +42,20 @@ class Bounds:
 
     def violation(self, value: float) -> str | None:
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
-            return f"must be {'>' if self.lo_open else '>='} {_number(self.lo)}, got {value:g}"
+            return f"must be {'>' if self.lo_open else '>='} {_number(self.lo)}, got {plain_number(value)}"
         if self.hi is not None and (value >= self.hi if self.hi_open else value > self.hi):
-            return f"must be {'<' if self.hi_open else '<='} {_number(self.hi)}, got {value:g}"
+            return f"must be {'<' if self.hi_open else '<='} {_number(self.hi)}, got {plain_number(value)}"
         return None
+
+
+def plain_number(value: float) -> str:
+    """A number as the user wrote it, in full (-1.0000001, not -1; 1e+300; nan), never numpy's repr."""
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    number = float(value)
+    if number.is_integer() and abs(number) < 1e16:
+        return str(int(number))
+    return repr(number)
 
 
 def _number(value: float) -> str:

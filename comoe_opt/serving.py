@@ -11,6 +11,7 @@ its unit and source as a comment: `serving_table` is the one definition of both.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,9 +94,14 @@ def slots_per_layer(setup: ServingSetup, experts: int, redundant: Sequence[int] 
     each expert per GPU."""
     if setup.slots is not None:
         slots, flag = setup.slots, f"--slots {setup.slots}"
-    else:
-        extra = setup.redundant if setup.redundant is not None else min(redundant, default=0)
+    elif setup.redundant is not None or redundant:
+        extra = setup.redundant if setup.redundant is not None else min(redundant)
         slots, flag = experts + extra, f"--redundant {extra}"
+    else:  # the default the user did not write: name what they did write, and what to add
+        slots, flag = (
+            experts,
+            f"--gpus {setup.gpus} (one slot per expert: {experts}; give --slots or --redundant)",
+        )
     check_serving_slots(slots, experts, setup.gpus, flag)
     return slots, flag
 
@@ -124,9 +130,11 @@ def check_memory(slots: int, gpus: int, layers: int, expert_gb: float, flag: str
 
 
 def serving_table(
-    shape: DumpShape, setup: ServingSetup, dump: Path, redundant: Sequence[int] = ()
+    shape: DumpShape, setup: ServingSetup, dump: Path, redundant: Sequence[int] = (), home: Path | None = None
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """(instance table, comment per dotted key): the instance of serving GPUs for the dump."""
+    """(instance table, comment per dotted key): the instance of serving GPUs for the dump, its
+    trace the dump itself (`trace.kind = "counts"`), named relative to the folder `home` the
+    instance is written to (the dump's own folder when None)."""
     model = setup.preset
     if setup.nodes < 1 or setup.gpus % setup.nodes:
         raise ComoeError(f"--nodes {setup.nodes}: must divide --gpus {setup.gpus}")
@@ -221,10 +229,12 @@ def serving_table(
     )
     put(
         "trace.kind",
-        "file",
-        "the dump stands for the trace (--counts); commands that replay tokens need a per-token trace here",
+        "counts",
+        "the load dump is the trace: compare and solve plan from its counts; evaluate and gap replay"
+        " each step as tokens_per_batch tokens (trace/from_counts.py)",
     )
-    put("trace.path", str(dump.resolve()), "the load dump")
+    home = dump.resolve().parent if home is None else home.resolve()
+    put("trace.path", os.path.relpath(dump.resolve(), home), "the load dump, relative to this file")
     put(
         "trace.tokens_per_batch",
         min(MAX_TOKENS, max(1, round(shape.selections_per_step / top_k))),
@@ -271,7 +281,7 @@ def _expert_size(setup: ServingSetup, model: ModelPreset | None) -> tuple[float,
 
 def read_dump(dump: Path) -> np.ndarray:
     """Every row of the dump, [steps, rows, experts] (recorder rows with no load dropped)."""
-    from comoe_opt.formats.counts import read_step_counts
+    from comoe_opt.trace.counts import read_step_counts
 
     return read_step_counts(dump)
 
@@ -287,10 +297,13 @@ def counts_instance(
     return instance, steps[:, list(shape.layer_ids)]
 
 
-def instance_toml(dump: Path, setup: ServingSetup) -> str:
-    """The serving instance as TOML, each key with its unit and source as a comment."""
-    table, notes = serving_table(dump_shape(read_dump(dump), setup), setup, dump)
-    instance_from_table(table, dump)  # what is written loads
+def instance_toml(dump: Path, setup: ServingSetup, output: Path) -> str:
+    """The serving instance as TOML for the file `output`, each key with its unit and source as a
+    comment."""
+    if setup.gpus is None:
+        raise ComoeError("--gpus: needed with --from-counts (the expert-parallel GPUs to plan for)")
+    table, notes = serving_table(dump_shape(read_dump(dump), setup), setup, dump, home=output.parent)
+    instance_from_table(table, output)  # what is written loads
     lines = [
         f"# Serving GPUs for the load dump {dump.name}: written by `comoe-opt instance new --from-counts`.",
         "# Every value is a default chosen from the dump and the command line; its unit and source",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,9 @@ import pytest
 import tomli_w
 from hypothesis import HealthCheck, settings
 
+from comoe_opt import highs
 from comoe_opt.cli import main
+from comoe_opt.deadline import Deadline
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -34,6 +38,45 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("comoe"), max_examples=1000)
 settings.load_profile("comoe")  # `pytest --hypothesis-profile=thorough` for a longer search
+
+
+@pytest.fixture(autouse=True)
+def _off_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test's result may depend on the wall clock: a deadline with a finite limit on the real
+    clock fails the test the moment anything asks it how much time is left. Tests of time-limit
+    behaviour drive `Deadline` with a fake clock; solves without a clock end on work limits."""
+
+    def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(self: Deadline, *args: Any, **kwargs: Any) -> Any:
+            if math.isfinite(self.limit_s) and self.clock is time.perf_counter:
+                raise AssertionError(
+                    f"a result under a wall-clock limit ({self.limit_s:g} s): use work limits"
+                    " (solve --work-limits, time_limit_s=None) or a Deadline with a fake clock"
+                )
+            return method(self, *args, **kwargs)
+
+        return call
+
+    for name in ("expired", "remaining", "share"):
+        monkeypatch.setattr(Deadline, name, guarded(getattr(Deadline, name)))
+    # HiGHS measures real seconds: in tests it gets no time limit (its calls then end on their work
+    # limits), and the limit the code meant to hand it is recorded for the tests of deadlines
+    _HANDED.clear()
+
+    def handed(seconds: float) -> float:
+        _HANDED.append(seconds)
+        return math.inf
+
+    monkeypatch.setattr(highs, "handed_time_limit", handed)
+
+
+_HANDED: list[float] = []
+
+
+@pytest.fixture
+def highs_limits() -> list[float]:
+    """The time limits the code handed HiGHS in this test (HiGHS itself ran on work limits)."""
+    return _HANDED
 
 
 def small_table() -> dict[str, Any]:

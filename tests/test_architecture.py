@@ -30,7 +30,19 @@ PACKAGE = Path(__file__).resolve().parent.parent / "comoe_opt"
 
 # lowest first; a module may import its own layer's modules and lower layers only
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "results", "schema", "files", "npzfile", "parallel", "highs", "costs", "deadline"),
+    (
+        "errors",
+        "results",
+        "schema",
+        "files",
+        "npzfile",
+        "jsonio",
+        "parallel",
+        "interrupts",
+        "highs",
+        "costs",
+        "deadline",
+    ),
     ("instance", "presets"),
     ("docs",),
     ("trace",),

@@ -180,6 +180,17 @@ def test_solve_rolling_reports_the_weight(write_toml, cli):
     chosen = weights[backtest.FIRST_WINDOW]
     assert chosen["chosen_at"] == backtest.FIRST_WINDOW and chosen["weight"] in WEIGHTS
     assert set(chosen["mean_ms"]) == {f"{w:g}" for w in WEIGHTS}
+    # the one-standard-error rule, from the evidence the report gives: the largest weight whose
+    # excess over the best is within one standard error, or the weight in force where the two moved
+    # the same pages and scored the same
+    excess, se = ({float(k): v for k, v in chosen[key].items()} for key in ("excess_ms", "se_ms"))
+    assert min(excess.values()) == 0.0
+    rule = max(w for w in WEIGHTS if excess[w] <= se[w])
+    if chosen["weight"] != rule:
+        kept, key = chosen["weight"], f"{rule:g}"
+        assert kept == backtest.PRIOR, (kept, rule)
+        assert chosen["copies"][f"{kept:g}"] == chosen["copies"][key]
+        assert chosen["mean_ms"][f"{kept:g}"] == chosen["mean_ms"][key]
 
 
 def test_a_planner_that_prices_no_copy_runs_no_backtest(monkeypatch):

@@ -35,6 +35,7 @@ from comoe_opt.bench.report import write_report
 SUITE = """
 name = "tiny"
 instance = "inst.toml"
+work_limits = true
 methods = ["milp", "greedy"]
 seeds = [0, 1]
 [vary]
@@ -49,10 +50,7 @@ def tiny_instance() -> dict[str, Any]:
     table["hardware"]["capacity_gb"] = 16
     table["trace"]["micro_batches"] = 1000
     table["policy"]["window_batches"] = 1000
-    # runs take tenths of a second: a limit of an hour is never what ends one, even on a loaded
-    # machine, so runs in different processes and orders give the same results
-    table["policy"]["time_limit_s"] = 3600.0
-    return table
+    return table  # the suites plan on work limits: runs in any process and order give the same results
 
 
 def write_suite(folder: Path, text: str = SUITE) -> Path:
@@ -214,6 +212,7 @@ def test_evaluate_kind_runs_a_strategy_and_documents_its_columns(tmp_path: Path)
 def test_report_and_plots_of_mixed_run_kinds(tmp_path: Path) -> None:
     text = """
 instance = "inst.toml"
+work_limits = true
 set = { "trace.micro_batches" = 20, "policy.window_batches" = 10 }
 [[group]]
 name = "solve"

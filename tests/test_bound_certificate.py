@@ -260,7 +260,7 @@ def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, 
         "policy": {"window_batches": 20, "balance_scenarios": 6, "search_moves": 0, "anneal_proposals": 0},
     }  # fmt: skip
     path = write_toml(table)
-    out = cli("solve", path, "--method", "milp", "--gap", "0", "--json")
+    out = cli("solve", path, "--method", "milp", "--gap", "0", "--work-limits", "--json")
     assert out.code == 0, out.err
     result = out.json()
     cert = result["report"]["certificate"]
@@ -271,7 +271,7 @@ def test_solve_json_carries_a_certificate_that_recomputes_its_bound(write_toml, 
     recomputed = check_certificate(problem, BoundCertificate.from_json(json.dumps(cert)))
     assert recomputed == pytest.approx(cert["bound"], rel=1e-9)
     assert recomputed <= result["bound"] + 1e-9 and recomputed <= result["objective"] + 1e-9
-    text = cli("solve", path, "--method", "milp", "--gap", "0")
+    text = cli("solve", path, "--method", "milp", "--gap", "0", "--work-limits")
     named = [line for line in text.out.splitlines() if "bound from" in line]
     report = result["report"]
     sources = {"the full model": report["full_model_bound"], "Lagrangian": report["lagrangian_bound"]}

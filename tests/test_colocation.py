@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from test_decompose import optimum, scenario_problem, small_problems
 
+from comoe_opt.highs import mip_work
 from comoe_opt.residency.bounds.colocation import add_colocation
 from comoe_opt.residency.bounds.decompose import ClassModel, Prices, device_classes
 from comoe_opt.residency.problem import ResidencyProblem
@@ -25,7 +26,7 @@ def priced_layers(p: ResidencyProblem, experts: int) -> float:
         model = ClassModel(p, classes, [layer], free)
         if experts:
             add_colocation(model, layer, experts)
-        total += model.lp.solve(mip_gap=0.0).bound
+        total += model.lp.solve(mip_gap=0.0, options=mip_work(100_000)).bound
     return total
 
 

@@ -184,7 +184,7 @@ def test_cli_compare_on_a_dump_and_user_errors(tmp_path, write_toml, cli):
         assert 0.0 < even["balancedness_sglang"] <= lp["balancedness_sglang"] + 1e-12 <= 1.0 + 1e-12
         assert flow["gap_to_bound"] >= -1e-9  # milp's bound is below every plan
     bad = cli("compare", str(path), "--peers", "nobody")
-    assert bad.code == 2 and "unknown nobody" in bad.err
+    assert bad.code == 2 and "unknown 'nobody'" in bad.err
     odd = cli("compare", str(path), "--redundant", "3")
     assert odd.code == 2 and "split evenly" in odd.err
 

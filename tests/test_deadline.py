@@ -14,7 +14,6 @@ import math
 import numpy as np
 import pytest
 from conftest import make_problem, small_table
-from pyomo.contrib.appsi.solvers import Highs
 
 from comoe_opt import highs
 from comoe_opt.deadline import Deadline
@@ -41,20 +40,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-@pytest.fixture
-def highs_limits(monkeypatch) -> list[float | None]:
-    """The time limit HiGHS is started with, for every Pyomo-model solve."""
-    seen: list[float | None] = []
-
-    class Recording(Highs):
-        def _solve(self, timer):
-            seen.append(self.config.time_limit)
-            return super()._solve(timer)
-
-    monkeypatch.setattr(highs, "Highs", Recording)
-    return seen
 
 
 def spread_problem():

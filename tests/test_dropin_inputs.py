@@ -157,6 +157,6 @@ def _one_line_value_error(exc: BaseException) -> None:
 
 def test_load_limit_is_the_count_files_limit():
     from comoe_opt.balancers.dropin.rebalance import MAX_LOAD
-    from comoe_opt.formats.counts import MAX_COUNT
+    from comoe_opt.trace.counts import MAX_COUNT
 
     assert MAX_LOAD == MAX_COUNT

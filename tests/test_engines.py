@@ -128,11 +128,30 @@ def test_recorder_dump_round_trips_through_solve(cli, tmp_path: Path, table) -> 
     instance = tmp_path / "inst.toml"
     instance.write_text(tomli_w.dumps(table))
     dump = tmp_path / "dump.json"
-    dump.write_text(json.dumps(recorder_dump(steps=10, layers=4, experts=8)))
-    report = cli("solve", instance, "--counts", dump, "--scenarios", "5", "--json").json()
-    assert report["balance_scenarios"] == 5 and report["status"] in ("optimal", "feasible", "time_limit")
-    summed = cli("solve", instance, "--counts", dump, "--scenarios", "0", "--json").json()
-    assert summed["balance_scenarios"] == 0
+    recorded = recorder_dump(steps=10, layers=4, experts=8)
+    dump.write_text(json.dumps(recorded))
+    report = cli("solve", instance, "--counts", dump, "--scenarios", "5", "--work-limits", "--json").json()
+    assert report["balance_scenarios"] == 5 and report["status"] in ("optimal", "feasible")
+    assert report["bound"] <= report["objective"] + 1e-9
+    # the same counts without the dense row, for an instance whose layers are rows 0..2: the same plan,
+    # so the recorder's rows were read at the MoE layers (a reader taking rows 0..2 plans on a zero row)
+    moe_only = tmp_path / "moe-only.json"
+    moe_only.write_text(json.dumps({"logical_count": np.array(recorded["logical_count"])[:, 1:].tolist()}))
+    plain = tmp_path / "plain.toml"
+    plain.write_text(
+        tomli_w.dumps(
+            {
+                **table,
+                "model": {
+                    k: v for k, v in table["model"].items() if k not in ("first_moe_layer", "model_layers")
+                },
+            }
+        )
+    )
+    same = cli("solve", plain, "--counts", moe_only, "--scenarios", "5", "--work-limits", "--json").json()
+    assert same["objective"] == report["objective"] and same["bound"] == report["bound"]
+    summed = cli("solve", instance, "--counts", dump, "--scenarios", "0", "--work-limits", "--json").json()
+    assert summed["balance_scenarios"] == 0 and summed["objective"] != report["objective"]
 
 
 def test_pt_dump_without_torch_says_how_to_convert(cli, tmp_path: Path) -> None:

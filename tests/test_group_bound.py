@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_decompose import optimum, scenario_problem, small_problems
 
+from comoe_opt.deadline import Deadline
 from comoe_opt.residency.bounds.check_bound import CertificateError
 from comoe_opt.residency.bounds.check_group_bound import GroupCertificate, check_group_certificate
 from comoe_opt.residency.bounds.decompose import (
@@ -179,7 +180,7 @@ def test_price_steps_keep_a_bound_at_least_the_first(p):
     scale = max(1.0, abs(best))
     prices = Prices.of_duals(class_lp_certificate(p).coupling_duals)
     first = lagrangian_value(p, prices)
-    stepped = stepped_lagrangian(p, prices, stop_at=math.inf)
+    stepped = stepped_lagrangian(p, prices, deadline=Deadline(math.inf))
     assert first.bound - TOL * scale <= stepped.bound <= best + TOL * scale
     assert lagrangian_value(p, stepped.prices).bound == pytest.approx(stepped.bound, rel=1e-9, abs=1e-9)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -159,7 +159,7 @@ def test_products_of_sizes_have_limits(tmp_path: Path, cli, table) -> None:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (("evaluate", BASELINE, "--strategies", ""), ("--strategies", "no strategy")),
+        (("evaluate", BASELINE, "--strategies", ""), ("--strategies", "none named")),
         (("evaluate", BASELINE, "--strategies", " , "), ("--strategies",)),
         (("gap", BASELINE, "--seed", "-1"), ("--seed", ">= 0")),
         (("solve", BASELINE, "--gap", "-0.1"), ("--gap", "policy.mip_gap", ">= 0")),
@@ -337,10 +337,18 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
     assert all(_running(w) for w in workers)
     os.kill(parent.pid, signal.SIGKILL)
     parent.wait()
-    deadline = time.monotonic() + 60  # a worker polls twice a second; this allows for a loaded machine
-    while any(_running(w) for w in workers) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not any(_running(w) for w in workers), "a worker outlived its killed parent"
+    # wait for each worker's exit itself (a pidfd is readable once the process has ended); the
+    # bound only turns a worker that never exits into a failure instead of a hang
+    for worker in workers:
+        try:
+            fd = os.pidfd_open(worker)
+        except ProcessLookupError:
+            continue  # gone already
+        try:
+            ended, _, _ = select.select([fd], [], [], 600)
+        finally:
+            os.close(fd)
+        assert ended or not _running(worker), "a worker outlived its killed parent"
 
 
 # ----------------------------------------------------------- 5. smaller things
@@ -390,16 +398,15 @@ def test_changing_chiplets_names_the_per_chiplet_key(cli) -> None:
 @pytest.mark.parametrize(
     ("section", "key", "value", "needle"),
     [
-        ("model", "page_gb", 1e308, "model.page_gb / hardware.d2d_bandwidth_gb_s"),
         ("hardware", "d2d_bandwidth_gb_s", 1e-308, "model.page_gb / hardware.d2d_bandwidth_gb_s"),
-        ("hardware", "capacity_gb", 1e308, "hardware.capacity_gb / model.page_gb"),
+        ("model", "page_gb", 1e-300, "model.page_gb / hardware.d2d_bandwidth_gb_s"),
         ("hardware", "local_bandwidth_gb_s", 1e-300, "hardware.local_bandwidth_gb_s"),
         ("hardware", "copy_inter_node_gb_s", 1e-300, "hardware.copy_inter_node_gb_s"),
-        ("hardware", "prefetch_buffer_gb", 1e300, "hardware.prefetch_buffer_gb / model.page_gb"),
     ],
 )
 def test_derived_times_and_pages_are_checked(tmp_path: Path, cli, table, section, key, value, needle) -> None:
-    """Each value passes its own key's range; what the loops derive from it does not."""
+    """Each value passes its own key's range (each key's own upper limit refuses 1e308 first:
+    test_every_run_ends.py); what the loops derive from it does not."""
     table[section][key] = value
     instance = write_instance(tmp_path, table)
     for args in (("instance", "show", instance), ("solve", instance), ("evaluate", instance)):

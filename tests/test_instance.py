@@ -133,7 +133,7 @@ def test_round_trip_file_trace(table: dict, write_toml: Callable[..., Path], tmp
     assert again.trace == inst.trace
 
 
-finite = st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False)
+finite = st.floats(min_value=0.001, max_value=1e4, allow_nan=False, allow_infinity=False)
 
 
 @st.composite
@@ -249,7 +249,7 @@ BAD: list[tuple[str, Mutation, str, str]] = [
     ("top-k-above-experts", _set("model", "top_k", 9), "model.top_k", "experts_per_layer (8)"),
     ("zero-page", _set("model", "page_gb", 0), "model.page_gb", "must be > 0"),
     ("theta-low-above-high", _set("policy", "theta_low", 0.9), "policy.theta_low", "theta_high"),
-    ("bad-trace-kind", _set("trace", "kind", "replay"), "trace.kind", "'synthetic' or 'file'"),
+    ("bad-trace-kind", _set("trace", "kind", "replay"), "trace.kind", "'synthetic', 'file' or 'counts'"),
     ("bad-batching", _file_trace(batching="prefill"), "trace.batching", "must be one of"),
     (
         "file-trace-missing-path",

@@ -145,7 +145,7 @@ def one_object(result: Any) -> dict[str, Any]:
 
 
 def test_solve_json_with_scenarios_and_polish(cli, tmp_path: Path, caplog) -> None:
-    report = one_object(cli("solve", tiny(tmp_path, balance_scenarios=3), "--json"))
+    report = one_object(cli("solve", tiny(tmp_path, balance_scenarios=3), "--work-limits", "--json"))
     assert report["report"]["full_model_bound"] is not None  # the polish (full model, warm start) ran
     assert report["bound"] <= report["objective"] + 1e-9
     assert not [r for r in caplog.records if "outside the bounds" in r.getMessage()]

@@ -63,7 +63,7 @@ def test_a_heuristic_that_breaks_a_constraint_reports_its_violations_and_no_term
 
 def test_a_skipped_full_model_still_reports_its_timing():
     p = make_problem(miss=[[5, 5, 5]], work=[[1, 1, 1]], capacity=[3, 3])
-    result = solve(p, "full", deadline=Deadline(0.0))
+    result = solve(p, "full", deadline=Deadline(0.0, clock=lambda: 0.0))  # passed at once, no clock read
     assert result.status is Status.TIME_LIMIT and result.solution is None
     assert isinstance(result.report, FullModelReport) and result.report.terms is None
     assert "full_model: skipped" in result.report.timing.stopped_by_time_limit[0]

@@ -256,7 +256,9 @@ def test_cli_solve_json_and_sglang_round_trip(tmp_path, capsys):
 
     instance = small_instance(tmp_path, capacity=5)
     out = tmp_path / "sglang.json"
-    assert main(["solve", str(instance), "--export", "sglang", "-o", str(out), "--json"]) == 0
+    assert (
+        main(["solve", str(instance), "--export", "sglang", "-o", str(out), "--work-limits", "--json"]) == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["status"] == "optimal" and report["gap"] <= 1e-3
     assert report["bound"] <= report["objective"]

@@ -275,7 +275,7 @@ def test_scenarios_are_the_sampled_micro_batches():
 def test_cli_solve_with_scenarios(table, write_toml, cli):
     table["hardware"]["capacity_gb"] = 8  # 32 pages for 24 experts: room for replicas
     instance = write_toml(table)
-    report = cli("solve", instance, "--scenarios", "3", "--json").json()
+    report = cli("solve", instance, "--scenarios", "3", "--work-limits", "--json").json()
     assert report["balance_scenarios"] == 3
     assert report["bound"] <= report["objective"] + 1e-9
     greedy = cli("solve", instance, "--scenarios", "3", "--method", "greedy", "--json").json()

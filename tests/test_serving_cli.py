@@ -17,7 +17,6 @@ import pytest
 from comoe_opt.evaluator import advice
 from comoe_opt.instance import load_instance
 from comoe_opt.presets import PRESETS
-from comoe_opt.serving import ServingSetup, counts_instance
 
 EXPERTS, MOE_LAYERS, STEPS = 16, 3, 24
 
@@ -35,7 +34,7 @@ def _dump(tmp_path: Path, experts: int = EXPERTS, rows: int = MOE_LAYERS + 1, na
     return path
 
 
-FAST = ("--peers", "eplb,comoe", "--bound-windows", "1", "--hindsight-limit", "0.2")
+FAST = ("--peers", "eplb,comoe", "--bound-windows", "1")
 
 
 def test_compare_a_dump_with_redundant_slots_answers_from_the_table(tmp_path: Path, cli) -> None:
@@ -56,10 +55,8 @@ def test_compare_a_dump_with_redundant_slots_answers_from_the_table(tmp_path: Pa
         assert line.startswith(f"redundant slots, {peer}:")
         assert f"P95 {knee[peer]['p95']:.3f}" in line and f"{knee['slots_per_device']} slots per GPU" in line
         p95 = [p[peer]["p95"] for p in points]
-        if "sweep further" in line:  # the last point still gained 1% or more
-            assert p95[1] <= 0.99 * p95[0]
-        else:
-            assert knee["redundant"] == 8 and p95[1] > 0.99 * p95[0]
+        further = p95[1] <= 0.99 * p95[0]  # the last point still gained 1% or more
+        assert ("sweep further" in line) == further and (knee["redundant"] == 8) == (not further)
     knee = points[advice.knee_index(points, "eplb")]
     gap = lines[2]
     assert gap.startswith("gap to the proven bound: eplb")
@@ -80,20 +77,60 @@ def test_compare_a_dump_table_answers_per_dispatch(tmp_path: Path, cli) -> None:
         best = rows[("eplb", routing)]  # the only engine balancer among the peers
         assert f"best balancer eplb, P95 {best['p95']:.3f}" in line
         ours = rows[("comoe", routing)]
-        if ours["copies_per_replan"] <= best["copies_per_replan"]:
-            assert f"CoMoE at no more copies: P95 {ours['p95']:.3f}" in line
-        else:
-            assert "CoMoE copies more" in line
+        fewer = ours["copies_per_replan"] <= best["copies_per_replan"]
+        assert (f"CoMoE at no more copies: P95 {ours['p95']:.3f}" in line) == fewer
+        assert ("CoMoE copies more" in line) == (not fewer)
     assert f"eplb {100 * rows[('eplb', 'even')]['gap_to_bound']:.1f}% above" in gap
     assert "tokens per active expert" in regime
+
+
+def _row(peer: str, routing: str, p95: float, copies: float) -> dict:
+    return {"peer": peer, "routing": routing, "p95": p95, "copies_per_replan": copies, "gap_to_bound": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("copies", "says"),
+    [
+        (3.0, "CoMoE at no more copies: P95 1.100 at 3.0 (-8.3%)"),
+        (9.0, "CoMoE copies more (9.0 per re-plan, P95 1.100)"),
+    ],
+)
+def test_the_answer_names_the_best_balancer_and_ours_at_no_more_copies(copies: float, says: str) -> None:
+    rows = [
+        _row("eplb", "even", 1.3, 5.0),
+        _row("vllm-default", "even", 1.2, 5.0),
+        _row("comoe", "even", 1.1, copies),
+    ]
+    result = {"rows": rows, "bound": {"windows": [0]}}
+    line = advice.table_answer(result, "eplb", None)[0]
+    assert line.startswith(
+        "the even split (vLLM, SGLang static/dynamic): best balancer vllm-default, P95 1.200 at 5.0"
+    )
+    assert says in line
+
+
+@pytest.mark.parametrize(
+    ("last", "says"),
+    [
+        (1.15, "P95 1.150 at 16 (4 slots per GPU; give --model or --expert-mb for GB) still improves by 1%"),
+        (
+            1.195,
+            "redundant slots, eplb: 8 (3 slots per GPU; give --model or --expert-mb for GB), P95 1.200; more",
+        ),
+    ],
+)
+def test_the_knee_is_the_first_point_no_later_one_improves_by_a_percent(last: float, says: str) -> None:
+    points = [
+        {"redundant": r, "slots_per_device": s, "eplb": {"p95": p95, "gap_to_bound": 0.1}}
+        for r, s, p95 in ((0, 2, 1.5), (8, 3, 1.2), (16, 4, last))
+    ]
+    assert says in advice.knee_line(points, "eplb", "slots")
 
 
 def test_solve_a_dump_exports_sglangs_map(tmp_path: Path, cli) -> None:
     dump = _dump(tmp_path)
     out_file = tmp_path / "maps" / "expert-location.json"
-    out = cli(
-        "solve", "--counts", dump, "--gpus", 8, "--export", "sglang", "-o", out_file, "--time-limit", "5"
-    )
+    out = cli("solve", "--counts", dump, "--gpus", 8, "--export", "sglang", "-o", out_file, "--work-limits")
     assert out.code == 0, out.err
     table = json.loads(out_file.read_text())["physical_to_logical_map"]
     assert len(table) == MOE_LAYERS + 1  # one row per model layer, the dense one included
@@ -139,9 +176,14 @@ def test_instance_new_writes_the_same_instance_with_every_default_commented(tmp_
     values = [line for line in text.splitlines() if " = " in line and not line.startswith("name")]
     assert values and all("  # " in line for line in values)  # every key carries its unit and source
     written = load_instance(path)
-    built, steps = counts_instance(dump, ServingSetup(8, redundant=8, expert_mb=9.4))
-    assert written.model == built.model and written.hardware == built.hardware
-    assert written.policy == built.policy and steps.shape == (STEPS, MOE_LAYERS, EXPERTS)
+    model, hardware, policy = written.model, written.hardware, written.policy
+    # the values by hand: 16 experts + 8 redundant = 24 slots over 8 GPUs, 3 MoE layers of 9.4 MB
+    assert (model.layers, model.experts_per_layer, model.top_k, model.page_gb) == (3, 16, 1, 0.0094)
+    assert model.moe_layer_ids == [1, 2, 3] and model.hidden_layers == 4
+    assert hardware.chiplets == 8 and hardware.capacity_gb[0] == pytest.approx(3 * 3 * 0.0094)
+    assert policy.replica_budget_pages == 24 * 3 and policy.all_resident
+    assert policy.window_batches == STEPS // 8  # 8 re-plans over the dump
+    assert written.trace.tokens_per_batch == 64  # 64 selections per step and layer, each a token (top-1)
     assert tomllib.loads(text)["model"]["layer_ids"] == [1, 2, 3]
 
 

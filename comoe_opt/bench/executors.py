@@ -37,7 +37,7 @@ class LocalPool:
         if jobs < 1:
             raise ComoeError(f"--jobs must be >= 1, got {jobs}")
         self.description = f"local process pool, {jobs} worker{'s' if jobs > 1 else ''}"
-        self.pool = process_pool(jobs, preload=["comoe_opt.bench.kinds"], ignore_sigint=True)
+        self.pool = process_pool(jobs, preload=["comoe_opt.bench.kinds"])
 
     def submit(self, spec: RunSpec) -> cf.Future:
         return self.pool.submit(run_one, spec)

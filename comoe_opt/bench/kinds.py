@@ -156,7 +156,7 @@ def spec_columns(spec: RunSpec) -> dict[str, Any]:
         "window": spec.window,
         "instance": spec.instance_name,
         "point": spec.point_label,
-        "time_limit_s": spec.time_limit_s,
+        "time_limit_s": None if spec.work_limits else spec.time_limit_s,  # None: work limits
         "mip_gap": spec.mip_gap,
     }
     row.update(dict(spec.point))

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from comoe_opt import interrupts
 from comoe_opt.bench.executors import Executor, make_executor
 from comoe_opt.bench.kinds import one_line, spec_columns
 from comoe_opt.bench.progress import Progress
@@ -97,7 +98,7 @@ def run_suite(
     progress = Progress(len(ids), len(finished), progress_stream, bar)
     description = "nothing to run"
     ran = 0
-    with StopOnSignal() as stop:
+    with interrupts.graceful(), StopOnSignal() as stop:
         try:
             if todo and stop.signum is None:
                 executor = make_executor(jobs, scheduler)

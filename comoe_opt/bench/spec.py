@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ class RunSpec:
     instance_file: str  # the base instance file: relative trace paths resolve against it (not hashed)
     point: tuple[tuple[str, Any], ...] = ()  # the swept scalar values of this run, (dotted key, value)
     point_label: str = "-"  # the swept values for people, e.g. "trace.zipf_alpha=0.5"
+    work_limits: bool = False  # planned on work limits, not policy.time_limit_s
 
     @functools.cached_property
     def run_id(self) -> str:  # cached: hashing the instance table is the costly part
@@ -46,7 +48,8 @@ class RunSpec:
 
     @property
     def time_limit_s(self) -> float:
-        return float(self.table()["policy"]["time_limit_s"])
+        """The run's time limit: the policy's, or none (inf) on work limits."""
+        return math.inf if self.work_limits else float(self.table()["policy"]["time_limit_s"])
 
     @property
     def mip_gap(self) -> float:
@@ -70,4 +73,6 @@ def run_id(spec: RunSpec) -> str:
         "window": spec.window,
         "instance": json.loads(spec.instance_json),
     }
+    if spec.work_limits:  # in the id only when set: runs stored before the key keep theirs
+        payload["work_limits"] = True
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]

@@ -75,6 +75,11 @@ class GroupOptions:
     mip_gap: float | None = param(
         "relative MIP gap of every run (sets policy.mip_gap)", ge=0, le=1, default=None
     )
+    work_limits: bool | None = param(
+        "plan every run on work limits, no time limit: the same results on any machine and load"
+        " (excludes time_limit_s)",
+        default=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,7 @@ class _Plan:
     windows: tuple[int, ...]
     fixed: dict[str, Any]
     axes: tuple[tuple[_Point, ...], ...]  # per sweep axis, its points
+    work_limits: bool = False  # every run plans on work limits (no time limit)
 
     @classmethod
     def resolve(cls, top: _Layer, layer: _Layer, path: Path) -> _Plan:
@@ -218,6 +224,9 @@ class _Plan:
         if windows != (0,) and not RUN_KINDS[kind].windows:
             raise InputError(path, windows_label, f"run kind {kind!r} covers the whole trace: no windows")
         fixed = _merged_table("set", top, layer)
+        work_limits = bool(pick("work_limits"))
+        if work_limits and pick("time_limit_s") is not None:
+            raise InputError(path, layer.label("work_limits"), "excludes time_limit_s: give one of them")
         for key, target in (("time_limit_s", "policy.time_limit_s"), ("mip_gap", "policy.mip_gap")):
             if pick(key) is not None:
                 if target in fixed:
@@ -245,6 +254,7 @@ class _Plan:
             windows=windows,
             fixed={k: v for k, (v, _) in fixed.items()},
             axes=tuple(items for items, _ in axes),
+            work_limits=work_limits,
         )
 
     def run_count(self) -> int:
@@ -287,6 +297,7 @@ class _Plan:
                             str(self.base),
                             point,
                             label,
+                            self.work_limits,
                         )
                     )
         return out
@@ -306,8 +317,9 @@ def suite_reference() -> str:
     """The Markdown table of every suite key (generated into docs/bench.md)."""
     rows = ["| key | type | unit | default | meaning |", "|---|---|---|---|---|"]
     for row in describe(GroupOptions):
-        kind = "float" if row["key"] in ("time_limit_s", "mip_gap") else "string"
+        kind = {"time_limit_s": "float", "mip_gap": "float", "work_limits": "bool"}.get(row["key"], "string")
         default = "instance policy" if row["key"] in ("time_limit_s", "mip_gap") else row["default"]
+        default = "false" if row["key"] == "work_limits" else default
         default = {"None": "-", "''": '""'}.get(default, default)
         rows.append(f"| `{row['key']}` | {kind} | {row['unit'] or '–'} | {default} | {row['doc']} |")
     for key, (kind, default, doc) in OTHER_KEYS.items():

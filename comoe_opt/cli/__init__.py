@@ -15,17 +15,22 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
+from comoe_opt import interrupts
 from comoe_opt.cli.common import USER_ERROR, emit
 from comoe_opt.cli.parser import build_parser
 from comoe_opt.errors import ComoeError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        return _run(argv)
-    except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    with interrupts.handled():  # SIGINT / SIGTERM: one line, exit 130 / 143, within about a second
+        try:
+            return _run(argv)
+        except BrokenPipeError:  # the reader went away (`... | head`): nothing more to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        except KeyboardInterrupt as stop:  # arrived outside the verb (parsing, printing the result)
+            interrupts.report_once(interrupts.message(stop))
+            return interrupts.exit_status(stop)
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -40,9 +45,10 @@ def _run(argv: Sequence[str] | None) -> int:
     except ComoeError as exc:
         print(f"comoe-opt: error: {one_line(str(exc))}", file=sys.stderr)
         return USER_ERROR
-    except KeyboardInterrupt:
-        print("comoe-opt: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # a signal (comoe_opt/interrupts.py)
+        sys.stderr.flush()
+        interrupts.report_once(interrupts.message(stop))
+        return interrupts.exit_status(stop)
     emit(result, args.json)
     sys.stdout.flush()
     return int(result.get("_exit", 0))  # a verb whose output stands but is incomplete (bench)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from comoe_opt.errors import InputError
+from comoe_opt.errors import ComoeError, InputError
 
 if TYPE_CHECKING:
     from comoe_opt.instance import Instance
@@ -37,6 +37,21 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
 
     parse.__name__ = "integer"
     return parse
+
+
+def names_in(text: str, known: Any, flag: str) -> list[str]:
+    """Comma-separated names of `known` given to `flag`, each once, in the order written."""
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:
+        raise ComoeError(f"{flag}: none named (known: {', '.join(known)})")
+    unknown = [s for s in names if s not in known]
+    if unknown:
+        shown = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:37] + "..."
+        raise ComoeError(f"{flag}: unknown {shown!r} (known: {', '.join(known)})")
+    repeated = sorted({s for s in names if names.count(s) > 1})
+    if repeated:
+        raise ComoeError(f"{flag}: {', '.join(repeated)} named more than once")
+    return names
 
 
 def option_into(instance: Instance, option: str, key: str, value: Any) -> Instance:

@@ -5,18 +5,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from comoe_opt.cli.serving import check_redundant, instance_and_steps, ready_output
+from comoe_opt.cli.common import names_in
+from comoe_opt.cli.serving import check_redundant, instance_and_steps, ready_figure
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator import advice
 from comoe_opt.evaluator import compare as cmp
-from comoe_opt.formats.counts import read_step_counts
+from comoe_opt.schema import plain_number
 from comoe_opt.stats.regime import counts_regime
-from comoe_opt.trace import instance_batches
+from comoe_opt.trace.counts import read_step_counts
+from comoe_opt.trace.source import instance_step_counts
 
 
 def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
+    peers = _check_flags(args)
+    ready_figure(args.figure, "--figure")
     instance, dumped = instance_and_steps(args, args.redundant or ())
-    ready_output(args.figure, "--figure")
     sized = dumped is None or args.model is not None or args.expert_mb is not None  # GB are known
     if args.redundant is not None:
         check_redundant(instance, args.redundant, built=dumped is not None, sized=sized)
@@ -24,7 +27,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     if dumped is not None:
         steps = dumped
     elif args.counts is None:
-        steps = cmp.step_counts(instance_batches(instance))
+        steps = instance_step_counts(instance)
     else:
         steps = read_step_counts(
             args.counts,
@@ -33,12 +36,6 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
             model_layer_ids=model.moe_layer_ids,
             model_layers=model.hidden_layers,
         )
-    peers = tuple(args.peers.split(","))
-    unknown = sorted(set(peers) - set(cmp.COMPARE_PEERS))
-    if unknown:
-        raise ComoeError(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(cmp.COMPARE_PEERS)})")
-    if args.hindsight_limit is not None and not args.hindsight_limit > 0:
-        raise ComoeError(f"--hindsight-limit must be positive, got {args.hindsight_limit}")
     settings = cmp.CompareSettings(
         peers=peers,
         steps=args.steps,
@@ -72,6 +69,27 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     shown["answer"] = advice.table_answer(result, theirs, regime)
     shown["_text"] = _with_answer(shown["_text"], shown["answer"])
     return shown
+
+
+MAX_SECONDS = 86_400  # a day: a time limit beyond is a slip of a digit
+
+
+def _check_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """Flags that conflict, or that would be ignored, refused before any work; the peers named."""
+    if args.slots is not None and args.redundant is not None:
+        raise ComoeError(
+            "--slots and --redundant exclude each other: --redundant sweeps the slots beyond one per expert"
+        )
+    for name in ("migration_weights", "move_costs"):
+        if getattr(args, name) is not None and not args.frontier:
+            raise ComoeError(f"--{name.replace('_', '-')}: sweeps of the frontier; add --frontier")
+    if args.redundant is not None and args.frontier:
+        raise ComoeError("--frontier and --redundant: the frontier is drawn at one slot count; give one")
+    if args.hindsight_limit is not None and not 0 < args.hindsight_limit <= MAX_SECONDS:
+        raise ComoeError(
+            f"--hindsight-limit: seconds in (0, {MAX_SECONDS:,}], got {plain_number(args.hindsight_limit)}"
+        )
+    return tuple(names_in(args.peers, cmp.COMPARE_PEERS, "--peers"))
 
 
 def _with_answer(table: str, lines: list[str]) -> str:

@@ -26,7 +26,7 @@ def cmd_instance_new(args: argparse.Namespace) -> dict[str, Any]:
     from comoe_opt.serving import instance_toml
 
     ready_output(args.output, "-o")
-    text = instance_toml(args.from_counts, setup_of(args))
+    text = instance_toml(args.from_counts, setup_of(args), args.output)
     with atomic_path(args.output) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return {"path": str(args.output), "toml": text, "_text": f"wrote {args.output}"}

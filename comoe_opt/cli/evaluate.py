@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from comoe_opt.cli.choices import DEFAULT_PAPER_INSTANCE, DEFAULT_REGIME_INSTANCE
+from comoe_opt.cli.common import names_in
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.paper import PaperSettings, run_paper
@@ -34,12 +35,7 @@ COLUMNS = (
 
 def cmd_evaluate(args: argparse.Namespace) -> dict[str, Any]:
     instance = apply_settings(load_instance(args.instance), args.set)
-    names = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if not names:
-        raise ComoeError(f"--strategies: no strategy named (known: {', '.join(STRATEGIES)})")
-    unknown = [s for s in names if s not in STRATEGIES]
-    if unknown:
-        raise ComoeError(f"unknown strategy {unknown[0]!r} (known: {', '.join(STRATEGIES)})")
+    names = names_in(args.strategies, STRATEGIES, "--strategies")
     out = args.placements_out
     if out is not None:
         writable_folder(out, "--placements-out")

@@ -122,7 +122,10 @@ def _solve(verbs: Any) -> None:
         help=f"(default milp) {described(RESIDENCY_METHODS)}",
     )
     sub.add_argument(
-        "--window", type=int_in(0, 10**6), default=0, help="which window of the trace (default 0)"
+        "--window",
+        type=int_in(0, 10**6),
+        help="which window of the trace (default 0); with load counts, which window of their steps"
+        " (default: all of them)",
     )
     sub.add_argument("--rolling", action="store_true", help="solve every window in turn (rolling horizon)")
     sub.add_argument("--time-limit", type=float, help="seconds, > 0 (default: policy.time_limit_s)")
@@ -260,26 +263,45 @@ def serving_flags(sub: argparse.ArgumentParser, redundant: bool) -> None:
     )
 
 
+MAX_LIST = 64  # values a list flag takes: each is a whole run of the sweep
+
+
 def float_list(text: str) -> list[float]:
-    """An argparse type: comma-separated finite non-negative numbers."""
+    """An argparse type: comma-separated finite non-negative numbers, at most `MAX_LIST`."""
     try:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be numbers separated by commas, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be numbers separated by commas, got {_short(text)}") from None
     if not values or not all(0 <= v < float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"must be finite non-negative numbers, got {text!r}")
-    return values
+        raise argparse.ArgumentTypeError(f"must be finite non-negative numbers, got {_short(text)}")
+    return _few(values)
 
 
 def int_list(text: str) -> list[int]:
-    """An argparse type: comma-separated non-negative integers."""
+    """An argparse type: comma-separated non-negative integers, at most `MAX_LIST`."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be integers separated by commas, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be integers separated by commas, got {_short(text)}"
+        ) from None
     if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"must be non-negative integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be non-negative integers, got {_short(text)}")
+    return _few(values)
+
+
+def _few(values: list) -> list:
+    if len(values) > MAX_LIST:
+        raise argparse.ArgumentTypeError(
+            f"at most {MAX_LIST} values (each is a run of the sweep), got {len(values)}"
+        )
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError("a value is repeated")
     return values
+
+
+def _short(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def _evaluate(verbs: Any) -> None:

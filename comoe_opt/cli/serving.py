@@ -64,3 +64,18 @@ def ready_output(path: Path | None, flag: str) -> None:
     if path.is_dir():
         raise ComoeError(f"{flag} {path}: is a folder, not a file")
     writable_folder(path.parent, flag)
+
+
+FIGURE_FORMATS = ("png", "pdf", "svg")  # what the figures are written as (matplotlib, Agg backend)
+
+
+def ready_figure(path: Path | None, flag: str) -> None:
+    """`ready_output` for a figure, whose suffix must name a format it can be written in."""
+    if path is None:
+        return
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FIGURE_FORMATS:
+        raise ComoeError(
+            f"{flag} {path}: a figure is written as {', '.join('.' + f for f in FIGURE_FORMATS)}"
+        )
+    ready_output(path, flag)

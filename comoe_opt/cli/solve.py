@@ -11,7 +11,7 @@ from comoe_opt.cli.common import option_into
 from comoe_opt.cli.serving import instance_and_steps, ready_output
 from comoe_opt.errors import ComoeError
 from comoe_opt.formats import ModelLayers, export_placement, launch_flags, write_placement
-from comoe_opt.instance import Instance
+from comoe_opt.instance import CountsTrace, Instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.residency import Placement
@@ -19,6 +19,7 @@ from comoe_opt.residency.report import ModelReport, ResidencyResult
 from comoe_opt.stats.regime import batch_regime
 from comoe_opt.trace import load_batches
 from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.source import instance_step_counts
 
 
 def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
@@ -39,13 +40,18 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     if args.rolling:
         if args.counts:
             raise ComoeError("--rolling needs a per-token trace, not --counts")
+        if args.window is not None:
+            raise ComoeError("--window: --rolling plans every window")
         instance, batches = load_batches(instance, args.trace)
         return _rolling(instance, batches, args, limit)
-    if args.counts:
-        history, counts = counts_history(instance, args.counts)
+    if args.counts or (args.trace is None and isinstance(instance.trace, CountsTrace)):
+        # a load dump: all its steps, or the window `--window` names
+        dump = args.counts if args.counts else instance_step_counts(instance)
+        history, counts = counts_history(instance, dump, window=args.window)
     else:
         instance, batches = load_batches(instance, args.trace)
-        history = batches.planning_window(args.window, instance.policy.window_batches, "--window")
+        window = 0 if args.window is None else args.window
+        history = batches.planning_window(window, instance.policy.window_batches, "--window")
         counts = None
     plan = plan_window(instance, history, method=args.method, time_limit_s=limit, mip_gap=gap)
     result, problem = plan.result, plan.problem

@@ -45,8 +45,11 @@ from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, residency_problem
 from comoe_opt.residency.solve import solve
-from comoe_opt.stats.demand import step_counts  # noqa: F401  (compare's callers take it from here)
-from comoe_opt.trace.batching import history_span, windows
+from comoe_opt.trace.batching import (
+    history_span,
+    step_counts,  # noqa: F401  (compare's callers take it from here)
+    windows,
+)
 
 ROUTINGS = ("even", "lp", "flow")
 METHOD = {"comoe": "milp"}  # a peer's slow-loop method, where it differs from its name
@@ -206,12 +209,14 @@ def _even(counts: np.ndarray, resident: np.ndarray) -> np.ndarray:
     replicas = resident.sum(axis=1)  # [E]
     by_device = np.argsort(~resident, axis=1, kind="stable")  # [E, C] each expert's replicas first
     out = np.zeros((n, devices))
+    experts = np.arange(resident.shape[0])
     for j in range(devices):
         live = j < replicas
         r = np.maximum(replicas, 1)
         share = (((j + 1) * counts + r - 1) // r) - ((j * counts + r - 1) // r)  # [n, E]
-        share = np.where(live[None, :], share, 0)
-        np.add.at(out.T, by_device[:, j], share.T)
+        onto = np.zeros(resident.shape)  # [E, C]: expert e's j-th replica's device
+        onto[experts[live], by_device[live, j]] = 1.0
+        out += share @ onto
     return out
 
 

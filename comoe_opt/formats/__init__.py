@@ -6,7 +6,6 @@ and deterministic. Formats are documented in docs/placement-format.md. A new
 file format is a module here.
 """
 
-from comoe_opt.formats.counts import read_load_counts, read_step_counts
 from comoe_opt.formats.engines import (
     ENGINE_FORMATS,
     EngineFormat,
@@ -26,6 +25,7 @@ from comoe_opt.formats.placement_file import (
     read_placement_file,
     write_placement,
 )
+from comoe_opt.trace.counts import read_load_counts, read_step_counts
 
 __all__ = [
     "ENGINE_FORMATS",

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from comoe_opt.errors import InputError
-from comoe_opt.formats.jsonio import (
+from comoe_opt.instance import ModelShape
+from comoe_opt.jsonio import (
     expect_list,
     int_table,
     is_int,
@@ -30,7 +31,6 @@ from comoe_opt.formats.jsonio import (
     with_source,
     write_json,
 )
-from comoe_opt.instance import ModelShape
 from comoe_opt.residency.placement import Placement
 
 SGLANG_KEY = "physical_to_logical_map"

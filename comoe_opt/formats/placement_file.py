@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from comoe_opt.errors import InputError
-from comoe_opt.formats.jsonio import (
+from comoe_opt.jsonio import (
     expect_list,
     is_int,
     is_number,

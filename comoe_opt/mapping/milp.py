@@ -25,7 +25,7 @@ import time
 import numpy as np
 import pyomo.environ as pyo
 
-from comoe_opt.highs import solve_with_highs
+from comoe_opt.highs import lp_work, mip_work, solve_with_highs
 from comoe_opt.mapping.makespan import makespan_ticks, mapping_result
 from comoe_opt.mapping.problem import MappingProblem
 from comoe_opt.mapping.report import MappingResult, MilpReport
@@ -68,6 +68,11 @@ def build_milp(problem: MappingProblem, *, relax: bool = False) -> pyo.ConcreteM
     return m
 
 
+MILP_NODES = (
+    100_000  # branch-and-bound nodes of the exact reference, at most (the tests' cases close in a few)
+)
+
+
 def _single_token_bound(problem: MappingProblem) -> float:
     costs = problem.costs
     used = np.unique(problem.experts)
@@ -75,15 +80,18 @@ def _single_token_bound(problem: MappingProblem) -> float:
     return float(done.min(axis=1).max())
 
 
-def solve_exact_milp(problem: MappingProblem, *, time_limit_s: float | None = None) -> MappingResult:
+def solve_exact_milp(
+    problem: MappingProblem, *, time_limit_s: float | None = None, nodes: int = MILP_NODES
+) -> MappingResult:
     """Solve the MILP with HiGHS; the report carries the LP relaxation bound.
 
-    Without a time limit (the default) the solve runs to proven optimality.
+    Without a time limit (the default) the solve runs to proven optimality or `nodes`
+    branch-and-bound nodes (then `feasible`, with its bound).
     """
     began = time.perf_counter()
     lp = lp_bound(problem)
     model = build_milp(problem)
-    outcome = solve_with_highs(model, time_limit_s=time_limit_s, mip_gap=0.0)
+    outcome = solve_with_highs(model, time_limit_s=time_limit_s, mip_gap=0.0, options=mip_work(nodes))
     report = MilpReport(
         makespan_ticks=None, tick_s=problem.costs.tick_s, lp_bound_ticks=lp, termination=outcome.solver_status
     )
@@ -102,7 +110,8 @@ def solve_exact_milp(problem: MappingProblem, *, time_limit_s: float | None = No
 
 def lp_bound(problem: MappingProblem) -> float:
     """Optimal value (ticks) of the MILP's LP relaxation: a lower bound on the makespan."""
-    outcome = solve_with_highs(build_milp(problem, relax=True))
+    model = build_milp(problem, relax=True)
+    outcome = solve_with_highs(model, options=lp_work(model.nconstraints(), model.nvariables()))
     return outcome.objective if outcome.status is Status.OPTIMAL else -math.inf
 
 

@@ -29,8 +29,8 @@ from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS
 from comoe_opt.residency.report import ResidencyResult
-from comoe_opt.stats.demand import WindowDemand, step_counts
-from comoe_opt.trace.batching import MicroBatches, history_span, windows
+from comoe_opt.stats.demand import WindowDemand
+from comoe_opt.trace.batching import MicroBatches, history_span, step_counts, windows
 
 
 @dataclass(frozen=True, eq=False)

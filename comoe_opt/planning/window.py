@@ -9,6 +9,7 @@ runs all call it, so they plan the same window the same way.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,6 @@ import numpy as np
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
-from comoe_opt.formats.counts import read_step_counts
 from comoe_opt.instance import Instance
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import TERMS, ResidencyProblem, residency_problem
@@ -25,6 +25,7 @@ from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import WindowDemand, demand_from_step_counts, window_demand
 from comoe_opt.stats.transitions import TransitionGraph, window_graph
 from comoe_opt.trace.batching import MicroBatches
+from comoe_opt.trace.counts import read_step_counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,15 +59,17 @@ def plan_window(
 
     `previous` is the placement serving now (copies are counted against it),
     `leased` the replicas that must stay, `batches` the micro-batches the plan
-    will serve (default: as many as it was planned on). Time limit and gap
-    default to the instance's policy; the time limit starts here, so that
-    building the problem counts against it (report phase `problem`).
+    will serve (default: as many as it was planned on). Without `time_limit_s`
+    every phase ends on work limits (the same plan on any machine; `solve`
+    passes the policy's `time_limit_s`, the online loop's budget); a time limit
+    starts here, so that building the problem counts against it (report phase
+    `problem`). The gap defaults to the policy's.
     `migration_weight` overrides the policy's (the rolling horizon's choice
     when the policy leaves it to the backtest, -1).
     """
     instance = priced(instance, migration_weight, previous)
     policy = instance.policy
-    deadline = Deadline(policy.time_limit_s if time_limit_s is None else time_limit_s)
+    deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
     graph = None
     with deadline.phase("problem"):
         if isinstance(history, MicroBatches):
@@ -111,19 +114,34 @@ def steps_demand(instance: Instance, steps: np.ndarray) -> WindowDemand:
     return dataclasses.replace(demand, step_counts=whole, load_counts=whole.sum(axis=0).astype(np.float64))
 
 
-def counts_history(instance: Instance, path: str | Path) -> tuple[WindowDemand, np.ndarray]:
-    """What a window is planned on from expert-load counts (a `[layers, experts]` table or
-    SGLang's recorder dump, one row per model layer): the counts' steps are the balance
-    scenarios and the plan serves a window of the instance's length. Also returns the summed
-    counts, the load engines pad their maps with."""
+def counts_history(
+    instance: Instance, source: str | Path | np.ndarray, window: int | None = None
+) -> tuple[WindowDemand, np.ndarray]:
+    """What a window is planned on from expert-load counts (a file: a `[layers, experts]` table or
+    SGLang's recorder dump, one row per model layer; or the steps [steps, layers, experts]): the
+    counts' steps (window `window` of the instance's windows, all of them when None) are the
+    balance scenarios and the plan serves a window of the instance's length. Also returns the
+    summed counts, the load engines pad their maps with."""
     model, policy = instance.model, instance.policy
-    steps = read_step_counts(
-        path,
-        model.layers,
-        model.experts_per_layer,
-        model_layer_ids=model.moe_layer_ids,
-        model_layers=model.hidden_layers,
-    )
+    if isinstance(source, np.ndarray):
+        steps = source
+    else:
+        steps = read_step_counts(
+            source,
+            model.layers,
+            model.experts_per_layer,
+            model_layer_ids=model.moe_layer_ids,
+            model_layers=model.hidden_layers,
+        )
+    if window is not None:
+        size = policy.window_batches
+        count = -(-steps.shape[0] // size)
+        if not 0 <= window < count:
+            raise ComoeError(
+                f"--window {window}: the counts' {steps.shape[0]} steps make {count} windows of"
+                f" policy.window_batches = {size} (0..{count - 1})"
+            )
+        steps = steps[window * size : (window + 1) * size]
     demand = demand_from_step_counts(
         steps,
         instance.trace.tokens_per_batch,

@@ -12,6 +12,8 @@ Gaps are signed and measured on the part of the objective a placement changes
 
 from __future__ import annotations
 
+import math
+
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency import MODEL_METHODS, RESIDENCY_METHODS
 from comoe_opt.residency.heuristics import HEURISTICS
@@ -26,13 +28,15 @@ def solve(
     problem: ResidencyProblem,
     method: str = "milp",
     *,
-    time_limit_s: float = 10.0,
+    time_limit_s: float | None = None,
     mip_gap: float = 1e-3,
     deadline: Deadline | None = None,
 ) -> ResidencyResult:
     """Solve with `method` within `time_limit_s`, or within `deadline` when given (one that started
-    earlier, e.g. with building the problem); every phase draws on the same deadline."""
-    deadline = Deadline(time_limit_s) if deadline is None else deadline
+    earlier, e.g. with building the problem); every phase draws on the same deadline. Without
+    either, every phase ends on work limits: the same result on any machine and load."""
+    if deadline is None:
+        deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
     if method in HEURISTICS:
         return solve_heuristic(problem, method, deadline)
     if method not in MODEL_METHODS:

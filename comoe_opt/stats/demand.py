@@ -75,14 +75,6 @@ def used_mask(experts: np.ndarray, num_experts: int) -> np.ndarray:
     return out
 
 
-def step_counts(batches: MicroBatches) -> np.ndarray:
-    """[steps, layers, experts] selections of each expert in each micro-batch (decode step)."""
-    n, layers, experts = batches.batches, batches.layers, batches.num_experts
-    flat = batches.experts.reshape(n, -1, layers, batches.top_k).astype(np.int64)
-    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * experts
-    return np.bincount((keys + flat).ravel(), minlength=n * layers * experts).reshape(n, layers, experts)
-
-
 def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph | None = None) -> WindowDemand:
     """Demand of a window; prefetch coverage from `graph` (default: learnt on the window itself)."""
     experts = window.experts

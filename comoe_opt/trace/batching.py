@@ -154,3 +154,11 @@ def history_span(spans: list[tuple[int, int]], w: int, count: int) -> tuple[int,
     if w == 0:
         return spans[0]
     return spans[max(0, w - count)][0], spans[w - 1][1]
+
+
+def step_counts(batches: MicroBatches) -> np.ndarray:
+    """[steps, layers, experts] selections of each expert in each micro-batch (decode step)."""
+    n, layers, experts = batches.batches, batches.layers, batches.num_experts
+    flat = batches.experts.reshape(n, -1, layers, batches.top_k).astype(np.int64)
+    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * experts
+    return np.bincount((keys + flat).ravel(), minlength=n * layers * experts).reshape(n, layers, experts)

@@ -15,19 +15,28 @@ from pathlib import Path
 import numpy as np
 
 from comoe_opt.errors import InputError
-from comoe_opt.instance import FileTrace, Instance, check_layer_ids
-from comoe_opt.trace.batching import MicroBatches, make_batches
+from comoe_opt.instance import CountsTrace, FileTrace, Instance, SyntheticTrace, check_layer_ids
+from comoe_opt.trace.batching import MicroBatches, make_batches, step_counts
+from comoe_opt.trace.counts import read_step_counts
+from comoe_opt.trace.from_counts import tokens_of_counts
 from comoe_opt.trace.io import read_trace
 from comoe_opt.trace.model import Trace
 from comoe_opt.trace.synthetic import generate
 
 
 def load_trace(instance: Instance, path: str | Path | None = None) -> tuple[Instance, Trace]:
-    """The instance's per-token trace (generated, or read from its file or from `path`), checked
-    against its model; the instance comes back with the trace's layer ids if it named none."""
+    """The instance's per-token trace (generated, or read from its file or from `path`; a load
+    dump's steps replayed as tokens), checked against its model; the instance comes back with the
+    trace's layer ids if it named none."""
     spec = instance.trace
-    if path is None and not isinstance(spec, FileTrace):
+    if path is None and isinstance(spec, SyntheticTrace):
         return instance, generate(instance.model, spec)
+    if path is None and isinstance(spec, CountsTrace):
+        counts = instance_step_counts(instance)
+        model = instance.model
+        topk = tokens_of_counts(counts, spec.tokens_per_batch, model.top_k)
+        layer_ids = np.asarray(model.moe_layer_ids, dtype=np.int64)
+        return instance, Trace(topk=topk, num_experts=model.experts_per_layer, layer_ids=layer_ids)
     path = Path(path) if path is not None else instance.resolve(spec.path)  # type: ignore[union-attr]
     model = instance.model
     trace = read_trace(path, num_experts=model.experts_per_layer)
@@ -75,6 +84,23 @@ def _id_list(ids: list[int]) -> str:
     return str(ids) if len(ids) <= 12 else f"[{', '.join(map(str, ids[:10]))}, ... {ids[-1]}] ({len(ids)})"
 
 
+def instance_step_counts(instance: Instance) -> np.ndarray:
+    """Per-step expert counts [steps, layers, experts] of the instance's trace: a load dump's as
+    recorded (at most `micro_batches` steps), any other trace's micro-batches counted."""
+    spec = instance.trace
+    if not isinstance(spec, CountsTrace):
+        return step_counts(instance_batches(instance))
+    model = instance.model
+    counts = read_step_counts(
+        instance.resolve(spec.path),
+        model.layers,
+        model.experts_per_layer,
+        model_layer_ids=model.moe_layer_ids,
+        model_layers=model.hidden_layers,
+    )
+    return counts[: spec.micro_batches] if spec.micro_batches else counts
+
+
 def instance_trace(instance: Instance) -> Trace:
     """Generate (synthetic) or read (file) the instance's per-token trace."""
     return load_trace(instance)[1]
@@ -102,6 +128,8 @@ def instance_batches(instance: Instance, trace: Trace | None = None) -> MicroBat
     spec = instance.trace
     if isinstance(spec, FileTrace):
         return make_batches(trace, spec.tokens_per_batch, spec.batching, spec.micro_batches)
+    if isinstance(spec, CountsTrace):  # a dump's steps, each its `tokens_per_batch` tokens in order
+        return make_batches(trace, spec.tokens_per_batch, "token-order")
     if trace.meta.get("generator") == "zipf-markov":  # the instance's own generated trace
         # without requests its decode steps are consecutive tokens; with them, as `batching` says
         return make_batches(trace, spec.tokens_per_batch, spec.batching, spec.micro_batches)

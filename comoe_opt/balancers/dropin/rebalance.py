@@ -205,10 +205,11 @@ def rebalance_experts(
         raise ArgumentError(f"calibrate must be True or False, got {_shown(calibrate)}")
     life = _half_life(half_life)
     effort = _effort(effort)
-    _check_limits(weight, num_replicas, num_gpus)
+    _check_limits(getattr(weight, "shape", ()), num_replicas, num_gpus)  # before an array is built
     load = _loads(weight, "weight")
     if load.ndim != 2 or 0 in load.shape:
         raise ArgumentError(f"weight must be [layers, experts], got shape {load.shape}")
+    _check_limits(load.shape, num_replicas, num_gpus)  # a plain list's shape is known only now
     _check_sizes(load.shape, num_replicas, num_groups, num_nodes, num_gpus)
     layers, experts = load.shape
     budget = None if time_budget_s is None else _real("time_budget_s", time_budget_s)
@@ -687,7 +688,12 @@ def _previous(previous: Any, layers: int, replicas: int, experts: int) -> np.nda
     """The engine's current phy2log [layers, num_replicas], every expert on some slot."""
     if previous is None:
         return None
-    array = np.asarray(previous.detach().cpu().numpy() if _is_torch(previous) else previous)
+    try:
+        array = np.asarray(previous.detach().cpu().numpy() if _is_torch(previous) else previous)
+    except (TypeError, ValueError) as exc:  # ragged nested lists
+        raise ArgumentError(
+            f"previous must be an integer array [{layers}, {replicas}]: {first_line(exc)}"
+        ) from None
     if array.shape != (layers, replicas):
         raise ArgumentError(f"previous must be [{layers}, {replicas}], got shape {array.shape}")
     if array.dtype.kind not in "iu":
@@ -742,9 +748,10 @@ def _count(name: str, value: Any, low: int = 1, high: int | None = None) -> int:
     return number
 
 
-def _check_limits(weight: Any, replicas: int, gpus: int) -> None:
-    """The documented size limits, checked before any array is built from the arguments."""
-    shape = tuple(int(d) for d in getattr(weight, "shape", ()))
+def _check_limits(weight_shape: Any, replicas: int, gpus: int) -> None:
+    """The documented size limits on `weight`'s shape (an array's before any array is built from
+    it; a list's once read) and on the slots and GPUs."""
+    shape = tuple(int(d) for d in weight_shape)
     if len(shape) == 2 and shape[0] > MAX_LAYERS:
         raise ArgumentError(f"weight has {shape[0]:,} layers; at most {MAX_LAYERS:,}")
     if len(shape) == 2 and shape[1] > MAX_EXPERTS:

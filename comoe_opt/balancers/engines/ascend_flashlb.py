@@ -74,7 +74,10 @@ def ascend_flashlb(
     for layer in range(layers):
         current = old[layer].reshape(num_gpus, -1)
         planned, _, _ = plan_layer(samples(hot[:, layer]), num_replicas, num_gpus)
-        out[layer] = current if (planned == -1).any() else align(current, planned)
+        # a layout with an empty slot, or with fewer slots than the map (the tree search left some of
+        # the redundant slots unassigned: few experts on many GPUs), is no map: the layer keeps its own
+        usable = planned.shape == current.shape and not (planned == -1).any()
+        out[layer] = align(current, planned) if usable else current
     return maps_of(out.reshape(layers, num_replicas), experts)
 
 
@@ -199,6 +202,8 @@ def lpt(mu: np.ndarray, var: np.ndarray, cov: np.ndarray, replicas: np.ndarray, 
 def balance_score(x: np.ndarray, replicas: np.ndarray, layout: np.ndarray) -> float:
     """Mean over samples of (largest GPU load × GPUs + 0.01) / (total + 0.01), in float32."""
     gpus, slots = layout.shape
+    if slots == 0:  # fewer replicas than GPUs (a trial of the tree search): no layout, never chosen
+        return math.inf
     share = x[:, layout] / replicas[layout]  # [samples, gpus, slots]
     per_gpu = share[:, :, 0].copy()
     for k in range(1, slots):  # summed slot by slot and GPU by GPU, as upstream's loops

@@ -67,9 +67,11 @@ import highspy
 import numpy as np
 
 from comoe_opt.best_split.cut_condition import related_speeds
+from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
-from comoe_opt.highs import INF, DirectModel, HighsOutcome
+from comoe_opt.highs import INF, DirectModel, HighsOutcome, lp_work, mip_work
 from comoe_opt.residency.bounds.check_bound import BoundCertificate, certificate_facts
+from comoe_opt.residency.exact.schedule import LAGRANGIAN_NODES
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -433,14 +435,14 @@ def lagrangian_value(
     prices: Prices,
     *,
     classes: DeviceClasses | None = None,
-    stop_at: float | None = None,
+    deadline: Deadline | None = None,
     cuts: CutFamilies | None = None,
     layer_nodes: int | None = None,
 ) -> LagrangianValue:
     """Every layer's class model with the coupling priced: a lower bound for any prices ≥ 0.
 
-    With `stop_at` (a `time.perf_counter()` value) each layer gets an equal part of the time left
-    (at least `MIN_LAYER_S`), with `layer_nodes` at most that many branch-and-bound nodes; a layer
+    With a `deadline` each layer gets an equal part of the time left (at least `MIN_LAYER_S`);
+    without one, at most `layer_nodes` (default `LAGRANGIAN_NODES`) branch-and-bound nodes; a layer
     stopped short contributes its proven dual bound."""
     classes = classes if classes is not None else device_classes(problem)
     if np.any(prices.class_pages < 0) or prices.budget < 0 or np.any(prices.quota < 0):
@@ -453,10 +455,14 @@ def lagrangian_value(
     for layer in range(L):
         model = ClassModel(problem, classes, [layer], prices, cuts=cuts)
         limit = None
-        if stop_at is not None:
-            limit = max((stop_at - time.perf_counter()) / (L - layer), MIN_LAYER_S)
-        nodes = None if layer_nodes is None else {"mip_max_nodes": layer_nodes}
-        outcome = model.lp.solve(time_limit_s=limit, mip_gap=0.0, options=nodes)
+        if deadline is not None:
+            limit = max(deadline.remaining() / (L - layer), MIN_LAYER_S)
+        # without a finite time for the layer, its node limit ends it
+        timed = limit is not None and math.isfinite(limit)
+        nodes = layer_nodes if layer_nodes is not None else None if timed else LAGRANGIAN_NODES
+        outcome = model.lp.solve(
+            time_limit_s=limit, mip_gap=0.0, options=None if nodes is None else mip_work(nodes)
+        )
         if not math.isfinite(outcome.bound):
             raise ComoeError(f"layer {layer}: the priced class model ended {outcome.solver_status}")
         bounds[layer] = outcome.bound
@@ -473,13 +479,13 @@ def stepped_lagrangian(
     problem: ResidencyProblem,
     prices: Prices,
     *,
-    stop_at: float,
+    deadline: Deadline,
     classes: DeviceClasses | None = None,
     max_steps: int = PRICE_STEPS,
 ) -> LagrangianValue:
-    """L at `prices`, then up to `max_steps` projected subgradient steps while the time to `stop_at`
-    covers another evaluation as long as the last one took; the best value found (valid at its own
-    prices).
+    """L at `prices`, then up to `max_steps` projected subgradient steps while the `deadline`'s time
+    left covers another evaluation as long as the last one took; the best value found (valid at its
+    own prices).
 
     Each step moves the prices by `PRICE_STEP` times their norm along the unit subgradient (pages
     taken minus pages available), halved after a step without progress, from the best prices so
@@ -489,11 +495,12 @@ def stepped_lagrangian(
     29.13 against 29.01 at the LP's (formulations/residency.md, "Scenario-group bound")."""
     classes = classes if classes is not None else device_classes(problem)
     quotas = np.array([t.max_pages for t in problem.tenants], dtype=np.float64)
-    began = time.perf_counter()
-    best = lagrangian_value(problem, prices, classes=classes, stop_at=stop_at)
-    took, theta = time.perf_counter() - began, PRICE_STEP
+    clock = deadline.clock
+    began = clock()
+    best = lagrangian_value(problem, prices, classes=classes, deadline=deadline)
+    took, theta = clock() - began, PRICE_STEP
     for _ in range(max_steps):
-        if time.perf_counter() + took > stop_at or theta < PRICE_STEP / 16:
+        if took > deadline.remaining() or theta < PRICE_STEP / 16:
             break
         current = best.prices
         g = np.concatenate((best.class_pages - classes.capacity, [best.budget_pages - problem.budget_pages],
@@ -508,9 +515,9 @@ def stepped_lagrangian(
         budget = max(current.budget + float(step[K]), 0.0)
         moved = Prices(np.maximum(current.class_pages + step[:K], 0.0), budget,
                        np.maximum(current.quota + step[K + 1 :], 0.0))  # fmt: skip
-        began = time.perf_counter()
-        value = lagrangian_value(problem, moved, classes=classes, stop_at=stop_at)
-        took = time.perf_counter() - began
+        began = clock()
+        value = lagrangian_value(problem, moved, classes=classes, deadline=deadline)
+        took = clock() - began
         if value.bound > best.bound + 1e-12 * max(1.0, abs(best.bound)):
             best = value
         else:
@@ -537,7 +544,7 @@ class DecomposeResult:
 
 def decompose(
     problem: ResidencyProblem,
-    time_limit_s: float = 30.0,
+    time_limit_s: float | None = 30.0,
     *,
     start: Placement | None = None,
     iterations: int = 30,
@@ -554,7 +561,9 @@ def decompose(
 
     The joint MILP gets a third of `time_limit_s`, the subgradient steps what remains of two
     thirds; a started layer solve is finished, so this is a budget, not a promise to the
-    millisecond. Raises `ComoeError` without balance scenarios on related chiplets.
+    millisecond. Without a time limit (None) each step ends on its work: the joint MILP on
+    `LAGRANGIAN_NODES` nodes, the subgradient on its `iterations`, the annealing on its proposals.
+    Raises `ComoeError` without balance scenarios on related chiplets.
     """
     began = time.perf_counter()
     phases: dict[str, float] = {}
@@ -571,20 +580,24 @@ def decompose(
     joint_bound, counts = -math.inf, None
     if joint:
         model = ClassModel(problem, classes, list(range(problem.layers)), cuts=cuts)
-        outcome = model.lp.solve(time_limit_s=max(time_limit_s / 3 - (t - began), 0.05), mip_gap=1e-6)
+        if time_limit_s is None:
+            outcome = model.lp.solve(mip_gap=1e-6, options=mip_work(LAGRANGIAN_NODES))
+        else:
+            outcome = model.lp.solve(time_limit_s=max(time_limit_s / 3 - (t - began), 0.05), mip_gap=1e-6)
         joint_bound = outcome.bound + problem.constant_ms if math.isfinite(outcome.bound) else -math.inf
         if outcome.status.has_solution:
             counts = model.counts()
         t = lap("joint class MILP", t)
-    best, history, best_prices = _subgradient(problem, classes, prices, began + 2 * time_limit_s / 3,
-                                              iterations, cuts)  # fmt: skip
+    stop_at = math.inf if time_limit_s is None else began + 2 * time_limit_s / 3
+    best, history, best_prices = _subgradient(problem, classes, prices, stop_at, iterations, cuts)
     t = lap("Lagrangian", t)
     if counts is None:
         counts = _repair_counts(problem, classes, best.counts)
     placement, objective = _incumbent(problem, classes, counts, start, search_rounds)
     t = lap("placement", t)
     if placement is not None and anneal_proposals:
-        annealed = anneal(problem, placement, proposals=anneal_proposals, stop_at=began + time_limit_s)
+        end = None if time_limit_s is None else began + time_limit_s
+        annealed = anneal(problem, placement, proposals=anneal_proposals, stop_at=end)
         value = score(problem, annealed).total
         if value < objective:
             placement, objective = annealed, value
@@ -612,7 +625,7 @@ def _root(
     h = model.lp.h
     n = h.getNumCol()
     h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.uint8))
-    outcome = model.lp.solve()
+    outcome = model.lp.solve(options=lp_work(model.lp.rows, model.lp.columns))
     # ≤ rows of a minimisation have duals ≤ 0 in HiGHS's sign convention
     row_dual = np.maximum(-np.asarray(h.getSolution().row_dual), 0.0)
     duals = row_dual[model.coupling_rows]
@@ -639,11 +652,11 @@ def _subgradient(
     best_prices = prices
     history: list[dict] = []
     theta, stalled = 1.0, 0
+    deadline = None if math.isinf(stop_at) else Deadline(max(stop_at - time.perf_counter(), 0.0))
     for step in range(iterations):
-        left = stop_at - time.perf_counter()
-        if best_value is not None and left <= 0:
+        if best_value is not None and deadline is not None and deadline.expired():
             break
-        value = lagrangian_value(problem, prices, classes=classes, stop_at=stop_at, cuts=cuts)
+        value = lagrangian_value(problem, prices, classes=classes, deadline=deadline, cuts=cuts)
         improved = best_value is None or value.bound > best_value.bound + 1e-12
         if improved:
             best_value, best_prices, stalled = value, prices, 0
@@ -819,7 +832,7 @@ def _class_lp(
     model = ClassModel(problem, classes, list(range(problem.layers)))
     n = model.lp.h.getNumCol()
     model.lp.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.zeros(n, dtype=np.uint8))
-    outcome = model.lp.solve(time_limit_s=time_limit_s)
+    outcome = model.lp.solve(time_limit_s=time_limit_s, options=lp_work(model.lp.rows, model.lp.columns))
     if outcome.status is not Status.OPTIMAL:
         return None
     return model, outcome

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.best_split.shares import share_lp
-from comoe_opt.highs import DirectModel
+from comoe_opt.highs import DirectModel, lp_work, mip_work
 from comoe_opt.residency.bounds.decompose import DeviceClasses, Prices, device_classes
 from comoe_opt.residency.bounds.group_bound import page_prices
 from comoe_opt.residency.problem import ResidencyProblem
@@ -49,6 +49,7 @@ INF = math.inf
 PRICE_TOL = 1e-9  # a column enters when its reduced cost is below −PRICE_TOL · (1 + |master value|)
 SMOOTHING = 0.7  # Wentges's dual smoothing: price at 0.7 · centre + 0.3 · the master's duals
 BIG_FACTOR = 10.0  # cost of an artificial unit: this many times the layer's largest possible cost
+PRICING_NODES = 10_000  # nodes of a pricing MILP, at most (its bound is what the column search uses)
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class Master:
     def solve(self) -> tuple[float, np.ndarray]:
         """The restricted master's LP value (with the miss offset) and its row duals."""
         self.lp.h.changeObjectiveOffset(self.offset)
-        outcome = self.lp.solve()
+        outcome = self.lp.solve(options=lp_work(self.lp.rows, self.lp.columns))
         return outcome.objective, np.asarray(self.lp.h.getSolution().row_dual, dtype=np.float64)
 
     def lagrangian(self, y: np.ndarray, pricing_bounds: np.ndarray) -> float:
@@ -286,7 +287,7 @@ class Master:
                 value = np.concatenate((d.work[k][s, take[a, 0]], d.work[k][s, ftake[f, 0]]))
                 m.add_row(-INF, float(self.cap[s]), index, value)
         m.add_row(-INF, float(d.pages[k]), x0 + np.arange(E), 1.0)
-        outcome = m.solve(mip_gap=0.0)
+        outcome = m.solve(mip_gap=0.0, options=mip_work(PRICING_NODES))
         values = m.values()
         held = values[x0 : x0 + E] > 0.5
         share = np.zeros((E, S))

@@ -155,19 +155,23 @@ def group_value(
     scenarios: np.ndarray,
     time_limit_s: float | None = None,
     solver: str = "cuts",
+    deadline: Deadline | None = None,
 ) -> GroupValue:
-    """g_lG's proven bound on the group's one-layer problem (no time limit: to optimality, within
-    `GROUP_GAP` for the cut model)."""
+    """g_lG's proven bound on the group's one-layer problem within `time_limit_s` or `deadline`
+    (neither: to optimality, within `GROUP_GAP` for the cut model, or its work limits)."""
     sub = layer_problem(problem, layer, scenarios)
     cost = page_prices(problem, classes, prices, layer)
     key = tuple(int(s) for s in scenarios)
+    if deadline is not None:
+        time_limit_s = deadline.remaining()
     if solver == "cpsat":
         found = solve_group_cpsat(sub, cost, time_limit_s=time_limit_s)
         witness = None if found.resident is None else masks_of(found.resident)
         return GroupValue(layer, key, found.bound, found.closed, witness, found.value)
     if solver != "cuts":
         raise ValueError(f"group solver {solver!r}: one of {', '.join(SOLVERS)}")
-    deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
+    if deadline is None:
+        deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
     outcome = solve_with_cuts(sub, None, deadline=deadline, mip_gap=GROUP_GAP, page_cost_ms=cost[None])
     bound = outcome.bound - sub.constant_ms
     witness = None if outcome.placement is None else masks_of(outcome.placement.resident[0])
@@ -184,17 +188,17 @@ def group_bound(
     group_size: int,
     partitions: int = 1,
     layers: list[int] | None = None,
-    stop_at: float | None = None,
+    deadline: Deadline | None = None,
     solver: str = "cuts",
 ) -> GroupBound:
     """L(prices) with each layer's value the larger of `class_values[l]` (a proven bound of the
     layer's priced problem, e.g. `LagrangianValue.layer_bounds`) and the best of `partitions`
     sampled partitions into groups of `group_size`, each group bounded by `group_value`.
 
-    `layers` (default all) are tried in the order given; with `stop_at` (a `time.perf_counter()`
-    value) each group gets an equal part of the time left, and the layers not reached keep their
-    class value."""
-    began = time.perf_counter()
+    `layers` (default all) are tried in the order given; with a `deadline` each group gets an equal
+    part of the time left, and the layers not reached keep their class value."""
+    clock = time.perf_counter if deadline is None else deadline.clock
+    began = clock()
     classes = device_classes(problem)
     S = problem.scenarios
     values = np.array(class_values, dtype=np.float64).copy()
@@ -204,13 +208,15 @@ def group_bound(
     closed = 0
     for layer in order:
         for seed in range(partitions):
-            if stop_at is not None and time.perf_counter() >= stop_at:
+            if deadline is not None and deadline.expired():
                 break
             found = []
             for group in scenario_groups(S, group_size, seed):
-                limit = None if stop_at is None else max(stop_at - time.perf_counter(), 0.0) / solves_left
+                part = None if deadline is None else Deadline(deadline.remaining() / solves_left, clock)
                 solves_left -= 1
-                found.append(group_value(problem, classes, prices, layer, group, limit, solver))
+                found.append(
+                    group_value(problem, classes, prices, layer, group, solver=solver, deadline=part)
+                )
             total = sum(len(g.scenarios) / S * g.bound for g in found)
             closed += sum(g.closed for g in found)
             # a group without a placement cannot be checked against one (check_group_bound.py)
@@ -218,7 +224,7 @@ def group_bound(
                 values[layer], kept[layer] = total, found
     bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
     return GroupBound(bound, prices, classes.of, values, np.asarray(class_values, dtype=np.float64), kept,
-                      group_size, solver, time.perf_counter() - began, closed)  # fmt: skip
+                      group_size, solver, clock() - began, closed)  # fmt: skip
 
 
 def reduced_layer_values(problem: ResidencyProblem, prices: Prices, placement: Placement) -> np.ndarray:
@@ -245,7 +251,7 @@ def pipeline_group_bound(
     prices: Prices,
     class_values: np.ndarray,
     placement: Placement,
-    stop_at: float,
+    deadline: Deadline,
     solver: str = "cuts",
 ) -> GroupBound:
     """`solve_milp`'s step: the layers in order of their share of the gap at `placement` (its
@@ -255,7 +261,8 @@ def pipeline_group_bound(
     where no group closed and nothing was lifted: the layers after it have less gap to show, and
     their groups are no smaller (on GPT-OSS window 0 none closes in seconds, and the time goes back
     to the search)."""
-    began = time.perf_counter()
+    clock = deadline.clock
+    began = clock()
     gaps = reduced_layer_values(problem, prices, placement) - np.asarray(class_values)
     order = [int(layer) for layer in np.argsort(-gaps, kind="stable") if gaps[layer] > 0]
     S = problem.scenarios
@@ -264,13 +271,13 @@ def pipeline_group_bound(
     groups: dict[int, list[GroupValue]] = {}
     result = None
     for i, layer in enumerate(order):
-        layer_stop = time.perf_counter() + max(stop_at - time.perf_counter(), 0.0) / (len(order) - i)
+        layer_time = Deadline(deadline.remaining() / (len(order) - i), clock)
         closed = False
         for j, size in enumerate(sizes):
-            if time.perf_counter() >= stop_at:
+            if deadline.expired():
                 break
-            size_stop = time.perf_counter() + max(layer_stop - time.perf_counter(), 0.0) / (len(sizes) - j)
-            result = group_bound(problem, prices, values, group_size=size, layers=[layer], stop_at=size_stop,
+            size_time = Deadline(layer_time.remaining() / (len(sizes) - j), clock)
+            result = group_bound(problem, prices, values, group_size=size, layers=[layer], deadline=size_time,
                                  solver=solver)  # fmt: skip
             values = result.layer_values
             groups.update(result.groups)
@@ -281,4 +288,4 @@ def pipeline_group_bound(
     bound = float(values.sum()) - prices.constant(problem, classes) + problem.constant_ms
     start = np.asarray(class_values, dtype=np.float64)
     return GroupBound(bound, prices, classes.of, values, start, groups, sizes[0], solver,
-                      time.perf_counter() - began)  # fmt: skip
+                      clock() - began)  # fmt: skip

@@ -27,6 +27,9 @@ from ortools.sat.python import cp_model
 from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, CutTable, related_speeds
 from comoe_opt.residency.problem import ResidencyProblem
 
+# CP-SAT's deterministic time (its own work units, about seconds on a desktop core) for a group
+# without a time limit: the test groups close in well under one
+WORK_LIMIT = 60.0
 SCALE_DIGITS = 1e7  # the objective's scale: its largest term maps to about this many integer units
 
 
@@ -45,15 +48,17 @@ def solve_group_cpsat(
     time_limit_s: float | None = None,
     work_limit: float | None = None,
 ) -> CpSatGroup:
-    """The group's bound by CP-SAT on one worker (deterministic: no time limit, or a work limit —
-    CP-SAT's deterministic time — gives the same answer on any machine)."""
+    """The group's bound by CP-SAT on one worker (deterministic: a work limit — CP-SAT's
+    deterministic time, `WORK_LIMIT` when neither limit is given — gives the same answer on any
+    machine)."""
     sub = _Model(problem, page_cost)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     if time_limit_s is not None and math.isfinite(time_limit_s):
         solver.parameters.max_time_in_seconds = max(time_limit_s, 0.01)
-    if work_limit is not None:
-        solver.parameters.max_deterministic_time = work_limit
+    timed = time_limit_s is not None and math.isfinite(time_limit_s)
+    if work_limit is not None or not timed:  # never unbounded: CP-SAT's deterministic time by default
+        solver.parameters.max_deterministic_time = WORK_LIMIT if work_limit is None else work_limit
     status = solver.solve(sub.model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return CpSatGroup(-math.inf, math.inf, None, False)

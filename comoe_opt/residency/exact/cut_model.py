@@ -46,7 +46,8 @@ from comoe_opt.best_split import cut_condition as scenarios
 from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, masks_of, related_speeds
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.deadline import Deadline
-from comoe_opt.highs import INF, DirectModel
+from comoe_opt.highs import INF, DirectModel, mip_work
+from comoe_opt.residency.exact.schedule import CLOSING_ROUND_WORK, RoundWork
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -68,6 +69,7 @@ class CutRounds:
     cuts: int = 0
     sets: int = 0
     history: list[dict] = field(default_factory=list)
+    stopped_by: str = ""  # the work limit that ended the rounds, if one did
 
 
 @dataclass
@@ -257,13 +259,17 @@ def solve_with_cuts(
     max_rounds: int = 50,
     improve: Callable[[Placement], Placement] | None = None,
     page_cost_ms: np.ndarray | None = None,
-    round_nodes: int | None = None,
+    work: RoundWork | None = None,
+    floor: float = -math.inf,
 ) -> ExactOutcome:
     """Row generation to a proven gap: the best placement found, its exact objective, the bound.
 
     `improve(placement) -> placement`, when given, runs on every round's placement (a local
     search) before it is scored. Rounds start while the `deadline` has time left, each HiGHS
-    solve gets what remains, and at most `round_nodes` branch-and-bound nodes when given.
+    solve gets what remains; with `work` (needed without a time limit) the rounds end on it
+    instead: nodes per round, node-rows over all rounds, and rounds that stall (their MILP
+    stopped on its nodes, and neither the incumbent nor the larger of the bound and `floor`, a
+    bound proven already, moved).
     `page_cost_ms` (broadcast to [L, E, C]) prices every page (a Lagrangian subproblem's); the
     objective and the bound then include it.
     """
@@ -285,19 +291,26 @@ def solve_with_cuts(
         cm.separate(start.resident, None)
     info = CutRounds()
     bound, status = -math.inf, Status.TIME_LIMIT
+    if work is None and not math.isfinite(deadline.limit_s):  # every run ends: limits of work
+        work = CLOSING_ROUND_WORK
+    budget = _RoundBudget(work)
     while info.rounds < max_rounds:
         if deadline.expired():
             deadline.note(_out_of_time(info.rounds))
             break
+        nodes = budget.next_round(cm.lp.rows)
+        if nodes == 0:
+            break  # the work limits are spent, or the rounds stalled
         # no setSolution start: HiGHS can return the given start's values with another
         # solution's objective when presolve solves the model (found by the property tests)
-        nodes = None if round_nodes is None else {"mip_max_nodes": round_nodes}
-        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2, options=nodes)
+        options = None if nodes is None else mip_work(nodes)
+        outcome = cm.lp.solve(time_limit_s=deadline.remaining(), mip_gap=mip_gap / 2, options=options)
         solver = outcome.status
         info.rounds += 1
         if solver in (Status.INFEASIBLE, Status.ERROR, Status.UNBOUNDED):
             status = solver
             break
+        before = (max(bound, floor), best_objective)
         bound = max(bound, outcome.bound + constant)
         found = cm.placement() if solver.has_solution else None
         if found is not None and not check_feasible(problem, found):
@@ -306,6 +319,8 @@ def solve_with_cuts(
                 value = value_of(candidate)
                 if value < best_objective:
                     best, best_objective = candidate, value
+        moved = (max(bound, floor), best_objective) != before
+        budget.after_round(nodes, closed=solver is Status.OPTIMAL, moved=moved)
         added = cm.separate(found.resident, cm.z_values()) if found is not None else 0
         info.cuts, info.sets = len(cm.cuts), len(cm.sets)
         info.history.append(
@@ -328,4 +343,39 @@ def solve_with_cuts(
             on_time = solver is Status.TIME_LIMIT or deadline.expired()
             status = Status.TIME_LIMIT if on_time else Status.FEASIBLE
             break
+    if status is Status.TIME_LIMIT and budget.spent():
+        status = Status.FEASIBLE  # stopped on work, not on time
+    info.stopped_by = budget.reason
     return ExactOutcome(best, best_objective, bound, status, info)
+
+
+class _RoundBudget:
+    """The rounds' work limits as they are spent (no limit without `work`)."""
+
+    def __init__(self, work: RoundWork | None):
+        self.work, self.node_rows, self.stalled, self.reason = work, 0, 0, ""
+        self.rows = 0  # the model's rows at the last round
+
+    def next_round(self, rows: int) -> int | None:
+        """Nodes for the next round's MILP (None: no work limit), 0 when the rounds must stop."""
+        work = self.work
+        if work is None:
+            return None
+        if self.stalled >= work.stall_rounds:
+            self.reason = f"{self.stalled} rounds in a row stopped on their nodes with no gain"
+            return 0
+        left = (work.node_rows - self.node_rows) // max(rows, 1)
+        if left < 1:
+            self.reason = f"the rounds' work limit ({work.node_rows} node-rows) is spent"
+            return 0
+        self.rows = rows
+        return min(work.round_nodes, left)
+
+    def after_round(self, nodes: int | None, *, closed: bool, moved: bool) -> None:
+        if nodes is None:
+            return
+        self.node_rows += nodes * self.rows
+        self.stalled = 0 if closed or moved else self.stalled + 1
+
+    def spent(self) -> bool:
+        return bool(self.reason)

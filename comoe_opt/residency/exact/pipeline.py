@@ -31,7 +31,7 @@ import pyomo.environ as pyo
 from comoe_opt.best_split.cut_condition import enumerable
 from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
-from comoe_opt.highs import NOT_STARTED, HighsOutcome, solve_with_highs
+from comoe_opt.highs import NOT_STARTED, HighsOutcome, lp_work, mip_work, nodes_within, solve_with_highs
 from comoe_opt.residency.bounds.check_bound import BoundCertificate
 from comoe_opt.residency.exact.cut_model import ExactOutcome, cut_model_applies, solve_with_cuts
 from comoe_opt.residency.exact.models import (
@@ -44,6 +44,9 @@ from comoe_opt.residency.exact.models import (
 )
 from comoe_opt.residency.exact.schedule import (
     ANNEAL_PROPOSALS,
+    FULL_NODE_ROWS,
+    FULL_NODES,
+    POLISH_NODE_ROWS,
     POLISH_NODES,
     POLISH_ROWS,
     WorkLimits,
@@ -212,7 +215,7 @@ def _solve_replica_model(
         if warm is not None:
             set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
     build_s = deadline.clock() - began
-    nodes = None if work is None else {"mip_max_nodes": work.replica_nodes}
+    nodes = None if work is None else mip_work(work.replica_nodes)
     with deadline.phase("milp"):
         outcome = solve_with_highs(
             model, mip_gap=mip_gap / 2, warm_start=warm is not None, deadline=deadline, options=nodes
@@ -331,7 +334,7 @@ def _polish(run: _Run) -> None:
         )
         return
     with deadline.phase("polish"):
-        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap)
+        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap, rows)
     run.polish = polish
     run.raise_bound(polish.bound)
     if polish.status.has_solution and run.best.offer(problem, polish.solution, "full MILP"):
@@ -363,16 +366,15 @@ def _lagrangian(run: _Run) -> None:
         deadline.note(f"lagrangian: skipped, {left:.1f} s left for {problem.layers} layers' MILPs")
         return
     prices = Prices.of_duals(run.certificate.coupling_duals)
-    stop_at = None if run.work is not None else time.perf_counter() + share("lagrangian", run.exact) * left
     nodes = None if run.work is None else run.work.lagrangian_nodes
     with deadline.phase("lagrangian"):
         try:
             # with a time limit the prices take subgradient steps while the share lasts; on work
             # limits they stay the class LP's (the steps are paced by the clock)
-            if stop_at is None:
+            if run.work is not None:
                 value = lagrangian_value(problem, prices, layer_nodes=nodes)
             else:
-                value = stepped_lagrangian(problem, prices, stop_at=stop_at)
+                value = stepped_lagrangian(problem, prices, deadline=run.share("lagrangian"))
             run.lagrangian_value, run.lagrangian = value, value.bound
         except ComoeError as error:  # a layer's MILP ended without a bound (out of time)
             deadline.note(f"lagrangian: {error}")
@@ -395,10 +397,10 @@ def _group_bound(run: _Run) -> None:
         return
     from comoe_opt.residency.bounds.group_bound import pipeline_group_bound
 
-    stop_at = time.perf_counter() + share("group_bound", run.exact) * deadline.remaining()
+    budget = run.share("group_bound")
     with deadline.phase("group_bound"):
         prices, layers = lagrangian.prices, lagrangian.layer_bounds  # the best prices of `_lagrangian`
-        run.groups = pipeline_group_bound(problem, prices, layers, run.best.placement, stop_at)
+        run.groups = pipeline_group_bound(problem, prices, layers, run.best.placement, budget)
     run.raise_bound(run.groups.bound)
 
 
@@ -418,12 +420,12 @@ def _cut_rounds(run: _Run) -> None:
     budget = run.share(name) if problem.search_moves else deadline.share(1.0)
     work = run.work
     rounds = None if work is None else work.cut_rounds_behind_classes if run.certificate else work.cut_rounds
-    limits = {} if work is None else {"max_rounds": rounds, "round_nodes": work.cut_round_nodes}
+    limits = {} if work is None else {"max_rounds": rounds, "work": work.round_work()}
     with deadline.phase("cut_rounds"):
         # a round's placement is searched on the whole deadline: the search is not the proof's
         cuts = solve_with_cuts(
             problem, run.best.placement, deadline=budget, mip_gap=run.mip_gap,
-            improve=_improver(problem, deadline), **limits,
+            improve=_improver(problem, deadline), floor=run.bound, **limits,
         )  # fmt: skip
     if cuts.placement is not None:
         run.best.offer(problem, cuts.placement, "scenario cut model")
@@ -445,20 +447,23 @@ def _longer_searches(run: _Run) -> None:
         annealing = problem.scenario_work_ms is not None and enumerable(problem.scenario_work_ms)
         runs = math.inf if run.work is None else run.work.longer_runs
         proposals = ANNEAL_PROPOSALS if run.work is None else run.work.longer_proposals
-        seed = 1
+        stall = math.inf if run.work is None else run.work.longer_stall_runs
+        seed, missed = 1, 0
         with deadline.phase("longer_search"):
-            while run.open() and seed <= runs:
+            while run.open() and seed <= runs and missed < stall:
                 if deadline.expired():
                     if seed == 1:
                         deadline.skip("longer_search")
                     else:
                         deadline.note(f"longer searches: stopped by the time limit after {seed - 1}")
                     break
+                before = best.objective
                 if annealing:  # with a time limit each run is fitted to it (it ends on it by design)
                     fit = deadline if run.work is None else None
                     best.anneal(problem, seed, deadline, proposals, fit_to=fit)
                 else:
                     best.search_longer(problem, seed, deadline)
+                missed = missed + 1 if best.objective >= before else 0
                 seed += 1
     if run.cuts is not None and run.open():  # stopped short: by the time limit, or by the work limits
         run.status = Status.TIME_LIMIT if run.work is None else Status.FEASIBLE
@@ -595,12 +600,13 @@ def _small(problem: ResidencyProblem) -> bool:
 
 
 def _polish_with_full_model(
-    problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float
+    problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float, rows: int
 ) -> ResidencyResult:
-    """The exact x[l,e,c] model, warm-started from `start`: a tighter bound on small instances."""
+    """The exact x[l,e,c] model of `rows` rows, warm-started from `start`: a tighter bound on small
+    instances."""
     # the full model need not close (with scenarios its LP bound is the mean load's); a node limit,
     # not the clock, ends it, so that `milp` gives the same placement on any machine
-    nodes = {"mip_max_nodes": POLISH_NODES}
+    nodes = mip_work(nodes_within(rows, POLISH_NODE_ROWS, POLISH_NODES))
     return _solve_full_model(problem, start, deadline=deadline, mip_gap=mip_gap / 2, options=nodes)
 
 
@@ -704,8 +710,14 @@ def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float)
                                   build_s=0.0, solver_s=0.0, timing=deadline.timing())  # fmt: skip
         return SolveResult("full", Status.TIME_LIMIT, math.inf, -math.inf, skipped.timing.total_s, None,
                            problem.constant_ms, report=skipped)  # fmt: skip
+    # without a time limit, a work limit: nodes on a budget of node-rows (schedule.py)
+    nodes = (
+        None
+        if not work_limited(deadline)
+        else mip_work(nodes_within(_full_model_rows(problem), FULL_NODE_ROWS, FULL_NODES))
+    )
     with deadline.phase("full_model"):
-        result = _solve_full_model(problem, None, deadline=deadline, mip_gap=mip_gap)
+        result = _solve_full_model(problem, None, deadline=deadline, mip_gap=mip_gap, options=nodes)
     timing = deadline.timing()
     report = dataclasses.replace(result.report, timing=timing)
     return dataclasses.replace(result, runtime_s=timing.total_s, report=report)
@@ -743,4 +755,6 @@ def _lp_relaxation(problem: ResidencyProblem, deadline: Deadline) -> HighsOutcom
         return _SKIPPED
     model = build_replica_model(problem)
     pyo.TransformationFactory("core.relax_integer_vars").apply_to(model)
-    return solve_with_highs(model, deadline=deadline)
+    return solve_with_highs(
+        model, deadline=deadline, options=lp_work(model.nconstraints(), model.nvariables())
+    )

@@ -58,8 +58,10 @@ class WorkLimits:
     cut_rounds: int  # `exact`'s cut model: rounds
     cut_rounds_behind_classes: int  # ... when the class bound is already proven
     cut_round_nodes: int  # ... and nodes per round's MILP
+    cut_node_rows: int  # ... and nodes x rows over all rounds
     longer_runs: int  # `exact`'s longer searches: annealing runs (or refine.py searches)
     longer_proposals: int  # ... of this many proposals per layer
+    longer_stall_runs: int  # ... ending after this many runs in a row that lowered nothing
 
     @classmethod
     def of(cls, problem: ResidencyProblem) -> WorkLimits:
@@ -74,9 +76,29 @@ class WorkLimits:
             cut_rounds=CUT_ROUNDS if tiny else CUT_ROUNDS_LARGE,
             cut_rounds_behind_classes=CUT_ROUNDS if tiny else CUT_ROUNDS_BEHIND_CLASSES,
             cut_round_nodes=CUT_ROUND_NODES,
+            cut_node_rows=CUT_NODE_ROWS,
             longer_runs=max(1, LONGER_PROPOSALS // (problem.layers * ANNEAL_PROPOSALS)),
             longer_proposals=min(ANNEAL_PROPOSALS, LONGER_PROPOSALS // problem.layers),
+            longer_stall_runs=LONGER_STALL_RUNS,
         )
+
+    def round_work(self) -> RoundWork:
+        """The cut rounds' share of these limits."""
+        return RoundWork(self.cut_round_nodes, self.cut_node_rows, CUT_STALL_ROUNDS)
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What the rounds may do without a time limit (residency/exact/schedule.py: WorkLimits)."""
+
+    round_nodes: int  # branch-and-bound nodes of one round's MILP, at most
+    node_rows: int  # nodes x the model's rows over all rounds: a round's simplex work grows with its rows
+    stall_rounds: int  # rounds in a row whose MILP stopped on its nodes and moved neither bound nor incumbent
+
+
+# the rounds' work limits when a caller gives neither a time limit nor work limits (a study or a
+# test solving a small model to optimality): far above what such a model needs, yet an end
+CLOSING_ROUND_WORK = RoundWork(round_nodes=10_000, node_rows=50_000_000, stall_rounds=3)
 
 
 def work_limited(deadline: Deadline) -> bool:
@@ -90,9 +112,12 @@ def work_limited(deadline: Deadline) -> bool:
 REPLICA_NODES = 1000
 POLISH_NODES = 100  # nodes of the polish, with or without a time limit (residency/exact/pipeline.py)
 # rows of the full model with scenarios up to which it is polished, with or without a time limit
-# (exact/pipeline.py): the stand-in's with 8 scenarios has 18,701 and its root LP ran 40 s without finishing
-# (27,631 simplex iterations, bound below the class bound); the property tests' have a few hundred
-POLISH_ROWS = 6000
+# (exact/pipeline.py): a MILP's nodes are bounded, the simplex work of one node is not (HiGHS applies
+# no iteration limit inside a MIP), and with scenarios it grows fast with the rows: a sparse
+# 2 x 16 x 8 dump's polish (1,286 rows, 3 scenarios) spent 1,300 simplex iterations a node, 4.3 s
+# for 38 nodes, and gave nothing; the stand-in's with 8 scenarios has 18,701 rows and its root LP
+# ran 40 s without finishing. The property tests' instances have a few hundred
+POLISH_ROWS = 1000
 LAGRANGIAN_NODES = 500  # nodes per layer; a layer stopped on them gives its dual bound
 # scenario shares x[l,e,c] x scenarios up to which an instance is tiny (the property tests' are at
 # most a few hundred): there the cut rounds run to `CUT_ROUNDS`, as with a time limit
@@ -103,10 +128,31 @@ CUT_ROUNDS_LARGE = 10  # ... elsewhere; the bound settles in the first few round
 # raised neither bound nor objective
 CUT_ROUNDS_BEHIND_CLASSES = 2
 CUT_ROUND_NODES = 100  # nodes per round
+# Node-rows: a branch-and-bound node's simplex work grows with the model's rows, so a MILP's nodes
+# are budgeted as nodes x rows. On this project's 2-core machine a node-row took 40-45 us (a sparse
+# 2 x 16 x 8 dump's cut model, 400 rows: 16 ms a node; its polish, 1,300 rows: 59 ms a node), so
+# 25,000 node-rows are about a second there. The cut rounds over all rounds, about 10 s there
+CUT_NODE_ROWS = 250_000
+# ... and rounds in a row whose MILP stopped on its nodes with neither bound nor incumbent moved,
+# after which the rounds stop: each such round restarts the same unfinished tree (the sparse dump's
+# windows: 12 rounds of 100 nodes, 20 s, none of which moved either)
+CUT_STALL_ROUNDS = 2
+# the polish: node-rows of its one MILP, about 2 s there (100 nodes of its 1,300 rows took 5.9 s
+# and gave nothing); the stand-in shapes of phases.md it closes have a few hundred rows
+POLISH_NODE_ROWS = 50_000
+# `full` (the plain x[l,e,c] model, for small instances) without a time limit: at most this many
+# nodes, on this many node-rows (about 200 s on the machine above), enough to close the property
+# tests' instances (a few hundred rows)
+FULL_NODES = 100_000
+FULL_NODE_ROWS = 5_000_000
 # `exact`'s longer annealing runs, all layers and runs together: the stand-in (5 layers) gets two
 # runs of `ANNEAL_PROPOSALS` (6 s on window 0, the only step after the annealing that lowered its
 # objective), GPT-OSS (24 layers) one of 16,666 per layer
 LONGER_PROPOSALS = 400_000
+# ... and they end after this many runs in a row that lowered nothing (each starts from the same
+# best placement with a new seed): on a tiny instance the runs are many (5 of 40,000 on a 2-layer
+# dump) and the first misses tell; GPT-OSS (one run) and the stand-in (two) are not cut
+LONGER_STALL_RUNS = 2
 # proposals per layer of one of `exact`'s longer runs. Measured on GPT-OSS window 13 (`exact`, 60 s):
 # runs of 10,000 alternating with refine.py's searches 0.52%, runs of 10,000 alone 0.53%, of 40,000
 # 0.43%, one run over all the time left 0.45%

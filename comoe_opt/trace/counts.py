@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from comoe_opt.errors import InputError, first_line
-from comoe_opt.formats.jsonio import is_int, is_number, json_type, load_json
+from comoe_opt.jsonio import is_int, is_number, json_type, load_json
 from comoe_opt.npzfile import npz_names, read_npz
 
 LOAD_KEYS = ("logical_count", "counts")
