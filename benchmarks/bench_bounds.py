@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 
 from machine import describe
+from studies.class_decomposition import decompose
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
-from comoe_opt.residency.bounds.decompose import CutFamilies, decompose
+from comoe_opt.residency.bounds.decompose import CutFamilies
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve

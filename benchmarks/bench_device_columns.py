@@ -30,14 +30,14 @@ from pathlib import Path
 
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
-
-from comoe_opt.residency.bounds.decompose import ClassModel, Prices, class_lp_certificate, device_classes
-from comoe_opt.residency.bounds.device_columns import (
+from studies.device_columns import (
     content_bound,
     layer_data,
     level_bound,
     placement_columns,
 )
+
+from comoe_opt.residency.bounds.decompose import ClassModel, Prices, class_lp_certificate, device_classes
 from comoe_opt.residency.bounds.group_bound import layer_problem, reduced_layer_values, scenario_groups
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.solve import solve

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 from bench_certificate import GPTOSS, window_problem
+from studies.colocation import add_colocation
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import mip_work
-from comoe_opt.residency.bounds.colocation import add_colocation
 from comoe_opt.residency.bounds.decompose import (
     ClassModel,
     Prices,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the studies' modules (benchmarks/studies/) and scripts
 BASELINE = ROOT / "instances" / "paper-baseline.toml"
 TRACES = ROOT / ".." / "shared" / "traces"
 GPTOSS = TRACES / "gptoss20b" / "gptoss20b_routing.npz"

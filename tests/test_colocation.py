@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
+from studies.colocation import add_colocation
 from test_decompose import optimum, scenario_problem, small_problems
 
 from comoe_opt.highs import mip_work
-from comoe_opt.residency.bounds.colocation import add_colocation
 from comoe_opt.residency.bounds.decompose import ClassModel, Prices, device_classes
 from comoe_opt.residency.problem import ResidencyProblem
 

@@ -15,6 +15,7 @@ import pytest
 from conftest import make_problem
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from studies.class_decomposition import decompose, place_counts
 from test_bounds import brute_force, with_scenarios
 
 from comoe_opt.best_split.cut_condition import CutTable, related_speeds, resident_of
@@ -23,10 +24,8 @@ from comoe_opt.residency.bounds.decompose import (
     CutFamilies,
     Prices,
     class_lp_bound,
-    decompose,
     device_classes,
     lagrangian_value,
-    place_counts,
 )
 from comoe_opt.residency.objective import check_feasible, scenario_layer, score
 from comoe_opt.residency.placement import Placement

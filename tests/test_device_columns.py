@@ -12,6 +12,13 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from studies.device_columns import (
+    content_bound,
+    layer_data,
+    level_bound,
+    placement_columns,
+    window_level_bound,
+)
 from test_decompose import optimum, scenario_problem, small_problems
 
 from comoe_opt.residency.bounds.decompose import (
@@ -19,13 +26,6 @@ from comoe_opt.residency.bounds.decompose import (
     class_lp_certificate,
     device_classes,
     lagrangian_value,
-)
-from comoe_opt.residency.bounds.device_columns import (
-    content_bound,
-    layer_data,
-    level_bound,
-    placement_columns,
-    window_level_bound,
 )
 from comoe_opt.residency.bounds.group_bound import reduced_layer_values
 from comoe_opt.residency.problem import ResidencyProblem

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -91,7 +92,7 @@ def _sweep(rows: pd.DataFrame, axis: str, metrics: list[str], path: Path) -> Pat
     return _save(fig, path)
 
 
-def _figure() -> tuple[Figure, object]:
+def _figure() -> tuple[Figure, Axes]:
     fig = _canvas()
     return fig, fig.add_subplot()
 

@@ -22,7 +22,7 @@ from comoe_opt.bench.kinds import PLANNED_KINDS, RUN_KINDS
 from comoe_opt.bench.spec import RunSpec, canonical_json
 from comoe_opt.errors import InputError
 from comoe_opt.instance import (
-    FileTrace,
+    SyntheticTrace,
     apply_overrides,
     instance_from_table,
     load_instance,
@@ -132,7 +132,7 @@ def expand_suite(table: dict[str, Any], path: Path) -> Suite:
     for layer in layers or [_Layer(GroupOptions(name=suite_name), {}, "")]:
         if layer.where and layer.options.name is None:
             raise InputError(path, f"{layer.where}.name", "missing required key")
-        if layer.options.name in (g.name for g in groups):
+        if layer.options.name in [g.name for g in groups]:
             raise InputError(path, f"{layer.where}.name", f"{layer.options.name!r} names two groups")
         plan = _Plan.resolve(top, layer, path)
         if len(specs) + plan.run_count() > MAX_SUITE_RUNS:
@@ -266,7 +266,7 @@ class _Plan:
         base = load_instance(self.base)  # errors name the instance file itself
         base_table = overridable_table(base)
         context = f"{path}: group {self.name!r}"
-        seeds = self.seeds or ((0,) if isinstance(base.trace, FileTrace) else (base.trace.seed,))
+        seeds = self.seeds or ((base.trace.seed,) if isinstance(base.trace, SyntheticTrace) else (0,))
         out = []
         for combo in itertools.product(*self.axes):
             overrides = dict(self.fixed)

@@ -83,6 +83,14 @@ def related_speeds(work: np.ndarray) -> np.ndarray | None:
     return 1.0 / ratio[0]
 
 
+def speeds_of(work: np.ndarray) -> np.ndarray:
+    """`related_speeds` where the caller has checked that the chiplets are related."""
+    speeds = related_speeds(work)
+    if speeds is None:
+        raise ValueError("the chiplets are not related by one speed factor")
+    return speeds
+
+
 def enumerable(work: np.ndarray) -> bool:
     """Whether the cut enumeration applies to scenario work [S, L, E, C]."""
     return work.shape[-1] <= MAX_ENUMERATED_CHIPLETS and related_speeds(work) is not None

@@ -44,16 +44,18 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
             raise ComoeError("--window: --rolling plans every window")
         instance, batches = load_batches(instance, args.trace)
         return _rolling(instance, batches, args, limit)
+    window_batches: MicroBatches | None = None  # the window's tokens, where a trace gives them
     if args.counts or (args.trace is None and isinstance(instance.trace, CountsTrace)):
         # a load dump: all its steps, or the window `--window` names
         dump = args.counts if args.counts else instance_step_counts(instance)
         history, counts = counts_history(instance, dump, window=args.window)
+        plan = plan_window(instance, history, method=args.method, time_limit_s=limit, mip_gap=gap)
     else:
         instance, batches = load_batches(instance, args.trace)
         window = 0 if args.window is None else args.window
-        history = batches.planning_window(window, instance.policy.window_batches, "--window")
+        window_batches = batches.planning_window(window, instance.policy.window_batches, "--window")
         counts = None
-    plan = plan_window(instance, history, method=args.method, time_limit_s=limit, mip_gap=gap)
+        plan = plan_window(instance, window_batches, method=args.method, time_limit_s=limit, mip_gap=gap)
     result, problem = plan.result, plan.problem
     load = plan.demand.tokens if counts is None else counts
     report = _result_dict(result)
@@ -64,8 +66,8 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
         if args.export:
             report["launch_flags"] = launch_flags(args.export, args.output, result.solution)
     report["_text"] = _format(instance, result, report.get("output"), problem.scenarios)
-    if counts is None:  # the window's tokens say whether a replica can shorten a layer
-        regime = batch_regime(history.experts, history.num_experts, instance.costs)
+    if window_batches is not None:  # the window's tokens say whether a replica can shorten a layer
+        regime = batch_regime(window_batches.experts, window_batches.num_experts, instance.costs)
         report["regime"] = regime.to_dict()
         report["_text"] += "\n  " + regime.summary()
     if "launch_flags" in report:

@@ -28,7 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -654,7 +654,7 @@ def frontier(
     peers: Sequence[FrontierPoint] = (),
     weights: Sequence[float] = MIGRATION_WEIGHTS,
     move_costs: Sequence[float] = MOVE_COSTS,
-    dispatches: Sequence[str] = ("even", "lp"),
+    dispatches: Sequence[Literal["even", "lp"]] = ("even", "lp"),
 ) -> dict[str, Any]:
     """CoMoE over `policy.migration_weight` and the drop-in over `move_cost` (each dispatch), each
     point's P95 against its copies per re-plan, and which peers a CoMoE point beats at equal copies.
@@ -697,7 +697,11 @@ def _asdict_or_none(point: FrontierPoint | None) -> dict[str, Any] | None:
 
 
 def dropin_point(
-    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], move_cost: float, dispatch: str
+    instance: Instance,
+    steps: np.ndarray,
+    spans: list[tuple[int, int]],
+    move_cost: float,
+    dispatch: Literal["even", "lp"],
 ) -> FrontierPoint:
     """The drop-in `rebalance_experts` re-planning each window on its history as compare's peers do
     (the map in service as `previous`), scored under the routing its dispatch serves with."""

@@ -47,7 +47,7 @@ class ExpertDirectory:
     def published(self, layer: int | None = None) -> np.ndarray:
         """Bool [E, C] (one layer) or [L, E, C] of replicas tokens may use now."""
         state = self.state if layer is None else self.state[layer]
-        return state == PUBLISHED
+        return np.asarray(state == PUBLISHED)
 
     def held(self) -> np.ndarray:
         """Bool [L, E, C] of pages occupying memory (any state)."""

@@ -184,7 +184,7 @@ def min_cost_flow(
     token_time = np.maximum(np.rint(unit_ms * ticks_per_ms).astype(np.int64), 1)
     costs = shared_costs(ready, hop, token_time, resident)
     result = solve_min_cost_flow(MappingProblem(units, costs))
-    if not result.status.has_solution:
+    if not result.status.has_solution or result.solution is None:
         raise RuntimeError(f"min-cost flow failed at layer {layer}: {result.status.value}")
     return result.solution
 

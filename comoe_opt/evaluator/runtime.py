@@ -299,6 +299,7 @@ class _Runtime:
             self._apply(placement, previous)
         self._set_homes(placement, plan.problem.work_ms.min(axis=2))
         if self.strategy.prefetch == "transitions":
+            assert plan.graph is not None  # a plan from micro-batches learns its window's graph
             self.targets = prefetch_targets(plan.graph, self.instance.policy)
             self.confidence = plan.graph.confidence()
         elif self.strategy.prefetch == "popularity":
@@ -329,9 +330,9 @@ class _Runtime:
         for key in zip(*np.nonzero(leaving & ~self.directory.published()), strict=True):
             if self.directory.state[key] == PREPARING:
                 self.dropped_copies.append([int(k) for k in key])
-            self.directory.retire(tuple(int(k) for k in key))  # cancel copies still in flight
+            self.directory.retire(_cell(key))  # cancel copies still in flight
         # make before break: published replicas leave only once the new copies have landed
-        self.to_retire = [tuple(int(k) for k in key) for key in zip(*np.nonzero(leaving), strict=True)]
+        self.to_retire = [_cell(key) for key in zip(*np.nonzero(leaving), strict=True)]
         self.plan = placement.resident
         new = placement.resident & ~self.directory.held()
         if self.copies is not None:
@@ -341,7 +342,7 @@ class _Runtime:
         for i, key in enumerate(zip(*np.nonzero(new), strict=True)):
             arrival = start + (i + 1) * self.page_ms
             verified = self.rng.random() >= self.failure_rate
-            self.directory.prepare(tuple(int(k) for k in key), arrival, verified)
+            self.directory.prepare(_cell(key), arrival, verified)
             self.started_copies.append([*(int(k) for k in key), arrival])
         self.link.background = start + int(new.sum()) * self.page_ms
         self.retire_at = self.link.background
@@ -351,6 +352,7 @@ class _Runtime:
         the intra-node rate, else at the inter-node rate; copies into one device queue, copies into
         different devices run in parallel, and none of them uses the die-to-die link of loads."""
         links = self.copies
+        assert links is not None  # only with per-device copy links
         published = self.directory.published()
         for key in zip(*np.nonzero(new), strict=True):
             layer, expert, device = (int(k) for k in key)
@@ -503,7 +505,7 @@ class _Runtime:
         first page refused ends the round, so the less confident pages give up first."""
         nxt = layer + 1
         wanted = self._prefetch_candidates(layer, used)
-        published = self.directory.published(nxt).any(axis=1)
+        published = np.asarray(self.directory.published(nxt).any(axis=1))
         issued = 0
         start = self.link.prefetch_start(issue_at)
         for e in wanted:
@@ -526,7 +528,9 @@ class _Runtime:
     def _prefetch_candidates(self, layer: int, used: np.ndarray) -> list[int]:
         """Next-layer experts to prefetch, most confident first."""
         if self.strategy.prefetch == "popularity":  # the next layer's hottest experts
+            assert self.popular is not None  # set with every plan of a popularity strategy
             return [int(e) for e in self.popular[layer + 1][: self.credits or POPULAR_PREFETCH]]
+        assert self.targets is not None and self.confidence is not None  # ... and of a transitions one
         targets = self.targets[layer][used]  # [used, E]
         conf = self.confidence[layer][used]
         score = (targets * conf[:, None]).max(axis=0)
@@ -568,3 +572,9 @@ class _Runtime:
             + token_copies * model.token_bytes * BITS * rt.sram_pj_per_bit
             + flops * rt.pj_per_flop
         )
+
+
+def _cell(key: tuple) -> tuple[int, int, int]:
+    """A (layer, expert, device) cell of numpy indices as ints."""
+    layer, expert, device = (int(k) for k in key)
+    return layer, expert, device

@@ -124,7 +124,7 @@ def score(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
 
 def scenario_layer(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> tuple[float, float, float]:
     """(mean scenario makespan, nearest-replica NoP, mean scenario balance) of one layer."""
-    work = problem.scenario_work_ms[:, layer]  # [S, E, C]
+    work = problem.scenario_work[:, layer]  # [S, E, C]
     z = layer_makespans(work, resident)
     floor = work.min(axis=2).sum(axis=1) / problem.chiplets
     even = np.where(z > 0, floor / np.where(z > 0, z, 1.0), 1.0)

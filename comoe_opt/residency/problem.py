@@ -75,6 +75,13 @@ class ResidencyProblem:
         return self.work_ms.shape[2]
 
     @property
+    def scenario_work(self) -> np.ndarray:
+        """[S, L, E, C] the balance scenarios' work, where there are scenarios (`scenarios > 0`)."""
+        if self.scenario_work_ms is None:
+            raise ValueError("the problem has no balance scenarios")
+        return self.scenario_work_ms
+
+    @property
     def scenarios(self) -> int:
         """Balance scenarios (0: balance is scored on the mean load)."""
         return 0 if self.scenario_work_ms is None else self.scenario_work_ms.shape[0]
@@ -217,7 +224,7 @@ def _miss_ms(instance: Instance, demand: WindowDemand, terms: frozenset[str], pa
     """
     if "miss" not in terms:
         return np.zeros_like(demand.used)
-    exposed = 1.0
+    exposed: float | np.ndarray = 1.0
     if "prefetch" in terms:
         hidden = prefetch_hidden(instance, demand, page_limit)
         exposed = 1.0 - (1.0 - instance.policy.prefetch_exposed) * hidden

@@ -85,9 +85,12 @@ def window_demand(window: MicroBatches, policy: Policy, graph: TransitionGraph |
     # one bincount over (micro-batch, layer, expert) keys, int32 where they fit (memory-bound)
     key_type = np.int32 if n * layers * e < 2**31 else np.int64
     keys = (
-        np.arange(n, dtype=key_type)[:, None, None, None] * layers
-        + np.arange(layers, dtype=key_type)[None, None, :, None]
-    ) * e
+        np.add(
+            np.arange(n, dtype=key_type)[:, None, None, None] * layers,
+            np.arange(layers, dtype=key_type)[None, None, :, None],
+        )
+        * e
+    )
     per_batch = np.bincount((keys + experts.astype(key_type)).ravel(), minlength=n * layers * e).reshape(
         n, layers, e
     )

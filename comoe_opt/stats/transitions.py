@@ -44,7 +44,7 @@ def transition_counts(topk: np.ndarray, num_experts: int, pairs: Pairs = "kxk") 
     for p in range(layers - 1):
         src = ids[:, p, :, None]
         dst = ids[:, p + 1, None, :]
-        flat = (src * e + dst).ravel()
+        flat = np.add(src.astype(np.int64) * e, dst).ravel()
         out[p] = np.bincount(flat, minlength=e * e).reshape(e, e)
     return out
 

@@ -447,10 +447,10 @@ class Search:
         """[B, K] `move_cost` times the experts each candidate leaves moved off `prev`."""
         if self.prev is None:
             return np.zeros(c.e.shape)
-        rows = c.layer[:, None]
+        rows, prev = c.layer[:, None], self.prev
 
         def change(expert: np.ndarray, gpu: np.ndarray, step: int) -> np.ndarray:
-            held, kept = self.n[rows, expert, gpu], self.prev[rows, expert, gpu]
+            held, kept = self.n[rows, expert, gpu], prev[rows, expert, gpu]
             return np.maximum(held + step - kept, 0) - np.maximum(held - kept, 0)
 
         # only e's and f's replicas on GPUs gi and gj change
@@ -637,6 +637,8 @@ class MomentSearch(Search):
     move touches two experts, so its score costs O(GPUs x DRAWS), whatever the history's length.
     """
 
+    next_room: int  # the next room of the covariance cache to reuse, round the ring
+
     def __init__(
         self,
         *args: object,
@@ -670,7 +672,7 @@ class MomentSearch(Search):
         sub = self._counted(
             _Candidates(c.layer[rows], *(getattr(c, n)[rows[:, None], ks2] for n in _MOVE_FIELDS))
         )
-        price = 0.0  # the move's price is paid on the whole; the halves judge its gain alone
+        price: float | np.ndarray = 0.0  # paid on the whole move; the halves judge its gain alone
         if self.prev is not None:
             price = (
                 self._move_costs(sub)
@@ -753,7 +755,7 @@ class MomentSearch(Search):
         self.cross = None if self.few else np.zeros((rooms, self.experts, self.experts))
         self.cross_at = np.full(self.layers, -1, dtype=np.int64)  # each layer's room, -1: none
         self.held_by = np.full(rooms, -1, dtype=np.int64)
-        self.next_room: int = 0
+        self.next_room = 0
         self.var_g = (centred**2).mean(axis=-1)  # [L, G]
         self.z = np.random.default_rng(0).standard_normal((DRAWS, self.shape.gpus))
         if self.steps == 1:
@@ -878,7 +880,7 @@ class MomentSearch(Search):
         if not (LSE and self.steps > 1) or not c.swap.any():
             return self._candidate_objectives(self._counted(c))
         out = np.full(c.e.shape, np.inf)
-        swaps = c.swap.all(axis=0)  # the neighbourhood's swaps share their columns
+        swaps = np.asarray(c.swap.all(axis=0))  # the neighbourhood's swaps share their columns
         if not swaps.all():  # in blocks of whole spare slots (each a run of a node's slots)
             at = np.flatnonzero(~swaps)
             width = max(1, GIFT_CELLS // (c.layer.size * self.per_node * self.shape.gpus)) * self.per_node

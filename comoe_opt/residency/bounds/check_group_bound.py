@@ -92,7 +92,7 @@ def check_group_certificate(problem: ResidencyProblem, certificate: GroupCertifi
     priced = float(per_chiplet @ p.capacity_pages) - c.budget * (p.capacity_pages.sum() - p.budget_pages)
     priced += float(rho @ quotas)
     constant = p.batches * float(np.sum(p.tokens)) * float(np.min(p.nop_ms_per_token))
-    speeds = _speeds(p.scenario_work_ms)
+    speeds = _speeds(p.scenario_work)
     total = 0.0
     for layer in range(L):
         value = float(c.class_values[layer])
@@ -153,7 +153,7 @@ def _witness_value(p, layer: int, scenarios: list[int], masks: np.ndarray, per_c
     sets = np.arange(1, 1 << C, dtype=np.int64)
     inside = (np.where(held, masks, (1 << C) - 1)[:, None] & ~sets[None, :]) == 0  # [E, sets]
     capacity = ((sets[:, None] >> np.arange(C)) & 1) @ speeds
-    work = p.scenario_work_ms[scenarios, layer, :, 0]  # [G, E] on chiplet 0 (speed 1)
+    work = p.scenario_work[scenarios, layer, :, 0]  # [G, E] on chiplet 0 (speed 1)
     z = ((work @ inside) / capacity).max(axis=1)
     nop = np.where(resident, p.nop_ms_per_token[None, :], np.inf).min(axis=1)
     nop = np.where(held, nop, p.nop_ms_per_token.min()) - p.nop_ms_per_token.min()

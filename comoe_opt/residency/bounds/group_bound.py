@@ -85,7 +85,7 @@ class GroupBound:
         """What check_group_bound.py recomputes the bound from."""
         groups = [
             [{"scenarios": list(g.scenarios), "bound": g.bound, "closed": g.closed,
-              "witness": [int(m) for m in g.witness]} for g in self.groups.get(layer, [])]
+              "witness": [int(m) for m in _witness(g)]} for g in self.groups.get(layer, [])]
             for layer in range(problem.layers)
         ]  # fmt: skip
         return GroupCertificate(
@@ -110,12 +110,18 @@ def scenario_groups(scenarios: int, size: int, seed: int) -> list[np.ndarray]:
     return [np.sort(order[i : i + size]) for i in range(0, scenarios, size)]
 
 
+def _witness(group: GroupValue) -> np.ndarray:
+    if group.witness is None:  # groups are kept only with a witness (group_bound)
+        raise ValueError("a kept group has its witness")
+    return group.witness
+
+
 def layer_problem(problem: ResidencyProblem, layer: int, scenarios: np.ndarray) -> ResidencyProblem:
     """Layer `layer` alone, on the given scenarios: every constraint that holds for one layer's
     part of a placement (each chiplet's capacity, the budget, a tenant's quota) kept."""
 
-    def one(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a[[layer]]
+    def one(a: np.ndarray) -> np.ndarray:
+        return a[[layer]]
 
     previous = None if problem.previous is None else Placement(problem.previous.resident[[layer]])
     tenants = tuple(Tenant(t.name, t.owns[[layer]], t.max_pages) for t in problem.tenants)
@@ -126,9 +132,9 @@ def layer_problem(problem: ResidencyProblem, layer: int, scenarios: np.ndarray) 
         tokens=one(problem.tokens),
         peak_tokens=one(problem.peak_tokens),
         previous=previous,
-        leased=one(problem.leased),
+        leased=None if problem.leased is None else one(problem.leased),
         tenants=tenants,
-        scenario_work_ms=problem.scenario_work_ms[np.asarray(scenarios)][:, [layer]],
+        scenario_work_ms=problem.scenario_work[np.asarray(scenarios)][:, [layer]],
         load_counts=None,
         step_counts=None,
     )

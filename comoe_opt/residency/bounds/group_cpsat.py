@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, CutTable, related_speeds
+from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, CutTable, speeds_of
 from comoe_opt.residency.problem import ResidencyProblem
 
 # CP-SAT's deterministic time (its own work units, about seconds on a desktop core) for a group
@@ -77,9 +77,9 @@ class _Model:
         E, C, S, W = p.experts, p.chiplets, p.scenarios, p.batches
         self.p, m = p, cp_model.CpModel()
         self.model = m
-        speeds = related_speeds(p.scenario_work_ms)
+        speeds = speeds_of(p.scenario_work)
         table = CutTable.for_speeds(speeds)
-        unit = p.scenario_work_ms[:, 0, :, 0]  # [S, E] on a unit-speed chiplet
+        unit = p.scenario_work[:, 0, :, 0]  # [S, E] on a unit-speed chiplet
         prev = p.previous.resident[0] if p.previous is not None else np.zeros((E, C), dtype=bool)
         extra_nop = p.nop_ms_per_token - p.nop_ms_per_token.min()
         x_cost = np.where(prev, 0.0, p.copy_ms) + np.broadcast_to(page_cost, (E, C))
@@ -125,13 +125,13 @@ class _Model:
         u = {}
         for d, mask in enumerate(table.sets[:-1]):  # the last set is every chiplet: z's lower bound
             outside = [c for c in range(C) if not (int(mask) >> c) & 1]
-            for e in busy:
+            for e in busy.tolist():
                 u[e, d] = m.new_bool_var(f"u{e}_{d}")
                 m.add_bool_or([u[e, d], ~r[e], *(x[e][c] for c in outside)])
             for s in range(S):
                 coef = [math.floor(self.scale * unit[s, e] / table.capacity[d]) for e in busy]
                 if sum(coef) > self.scale * floor[s]:
-                    m.add(z[s] >= sum(k * u[e, d] for k, e in zip(coef, busy, strict=True) if k > 0))
+                    m.add(z[s] >= sum(k * u[e, d] for k, e in zip(coef, busy.tolist(), strict=True) if k > 0))
         objective += [W * zs for zs in z]
         m.minimize(sum(objective))
         self.x, self.offset = x, W * float(p.miss_ms.sum())

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.best_split import cut_condition as scenarios
-from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, masks_of, related_speeds
+from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, masks_of, speeds_of
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import INF, DirectModel, mip_work
@@ -58,7 +58,7 @@ CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off
 
 def cut_model_applies(problem: ResidencyProblem) -> bool:
     """Whether the cut model is exact here: balance scenarios on chiplets related by one speed factor."""
-    return problem.scenarios > 0 and cut_condition_applies(problem.scenario_work_ms)
+    return problem.scenarios > 0 and cut_condition_applies(problem.scenario_work)
 
 
 @dataclass
@@ -104,11 +104,11 @@ class CutModel:
         self.page_cost_ms = 0.0 if page_cost_ms is None else page_cost_ms
         p = self.problem = problem
         self.L, self.E, self.C, self.S = p.layers, p.experts, p.chiplets, p.scenarios
-        self.speeds = related_speeds(p.scenario_work_ms)
+        self.speeds = speeds_of(p.scenario_work)
         # every set enumerated when few chiplets; beyond, each scenario's set by min cut (min_cut.py)
         self.table = CutTable.for_speeds(self.speeds) if self.C <= scenarios.MAX_ENUMERATED_CHIPLETS else None
         self.all_chiplets = (1 << self.C) - 1
-        self.unit = p.scenario_work_ms[..., 0]  # [S, L, E] work on a unit-speed chiplet (v_0 = 1)
+        self.unit = p.scenario_work[..., 0]  # [S, L, E] work on a unit-speed chiplet (v_0 = 1)
         self.busy = self.unit.max(axis=0) > 0  # [L, E]: experts with scenario work
         self.cuts: set[tuple[int, int, int]] = set()  # (layer, scenario, set mask)
         self.sets: set[tuple[int, int]] = set()  # (layer, set mask) with u columns
@@ -197,9 +197,9 @@ class CutModel:
             np.zeros(experts.size), np.zeros(experts.size), np.full(experts.size, INF)
         )
         outside = [c for c in range(self.C) if not (mask >> c) & 1]
-        for i, e in enumerate(experts):
+        for i, e in enumerate(experts.tolist()):
             col = first + i
-            self.u[layer, int(e), mask] = col
+            self.u[layer, e, mask] = col
             index = [col, self.r(layer, e), *(self.x(layer, e, c) for c in outside)]
             self.lp.add_row(0.0, INF, index, [1.0, -1.0] + [1.0] * len(outside))
 

@@ -49,7 +49,7 @@ def _replicas_to_floor(piece: np.ndarray, floor: np.ndarray) -> np.ndarray:
 
 def scenario_floors(problem: ResidencyProblem) -> tuple[np.ndarray, np.ndarray]:
     """Per scenario: each expert's least work [S, L, E] and the layer's even split [S, L]."""
-    piece = problem.scenario_work_ms.min(axis=3)
+    piece = problem.scenario_work.min(axis=3)
     return piece, piece.sum(axis=2) / problem.chiplets
 
 
@@ -264,7 +264,7 @@ def _mean_load_balance(m: pyo.ConcreteModel, problem: ResidencyProblem) -> tuple
 def _scenario_balance(m: pyo.ConcreteModel, problem: ResidencyProblem) -> tuple[object, object]:
     """Each scenario routed at its best: shares t[l,s,e,c] per scenario, balance the mean of the
     scenarios' makespans z[l,s]; NoP sends every token to its expert's nearest replica (y)."""
-    work = problem.scenario_work_ms
+    work = problem.scenario_work
     S = problem.scenarios
     busy = [(l, s, e) for l in m.L for s in range(S) for e in m.E if work[s, l, e].max() > 0]
     m.LSE = pyo.Set(initialize=busy, dimen=3)
@@ -332,7 +332,7 @@ def _start_row(shares: np.ndarray, resident: np.ndarray) -> np.ndarray:
 def _set_scenario_start(m: pyo.ConcreteModel, problem: ResidencyProblem, resident: np.ndarray) -> None:
     for l in range(problem.layers):
         for s in range(problem.scenarios):
-            z, _, shares = share_lp(problem.scenario_work_ms[s, l], resident[l])
+            z, _, shares = share_lp(problem.scenario_work[s, l], resident[l])
             set_start(m.zs[l, s], z)
             for e in range(problem.experts):
                 if (l, s, e) in m.LSE:

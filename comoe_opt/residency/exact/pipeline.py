@@ -212,7 +212,7 @@ def _solve_replica_model(
     began = deadline.clock()
     with deadline.phase("model_build"):
         model = build_replica_model(problem)
-        if warm is not None:
+        if warm is not None and warm.solution is not None:
             set_replica_counts(model, problem, np.minimum(warm.solution.replicas(), model.jmax))
     build_s = deadline.clock() - began
     nodes = None if work is None else mip_work(work.replica_nodes)
@@ -263,7 +263,7 @@ def _fill_and_search(run: _Run) -> None:
     best, problem, deadline = run.best, run.problem, run.deadline
     if best.placement is None:
         return
-    steps = [("fill", best.fill_ties)]
+    steps: list[tuple[str, Callable[[ResidencyProblem], None]]] = [("fill", best.fill_ties)]
     if problem.scenarios and problem.search_moves:
         steps.append(("search", lambda p: best.search(p, deadline)))
     for name, step in steps:
@@ -337,7 +337,7 @@ def _polish(run: _Run) -> None:
         polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap, rows)
     run.polish = polish
     run.raise_bound(polish.bound)
-    if polish.status.has_solution and run.best.offer(problem, polish.solution, "full MILP"):
+    if polish.solution is not None and run.best.offer(problem, polish.solution, "full MILP"):
         _fill_and_search(run)
     # a polish without a solution ran out of time
     run.status = polish.status if polish.status.has_solution else Status.TIME_LIMIT
@@ -420,12 +420,12 @@ def _cut_rounds(run: _Run) -> None:
     budget = run.share(name) if problem.search_moves else deadline.share(1.0)
     work = run.work
     rounds = None if work is None else work.cut_rounds_behind_classes if run.certificate else work.cut_rounds
-    limits = {} if work is None else {"max_rounds": rounds, "work": work.round_work()}
     with deadline.phase("cut_rounds"):
         # a round's placement is searched on the whole deadline: the search is not the proof's
         cuts = solve_with_cuts(
             problem, run.best.placement, deadline=budget, mip_gap=run.mip_gap,
-            improve=_improver(problem, deadline), floor=run.bound, **limits,
+            improve=_improver(problem, deadline), floor=run.bound,
+            max_rounds=50 if rounds is None else rounds, work=None if work is None else work.round_work(),
         )  # fmt: skip
     if cuts.placement is not None:
         run.best.offer(problem, cuts.placement, "scenario cut model")
@@ -491,7 +491,7 @@ def _full_model_rows(problem: ResidencyProblem) -> int:
     common = 2 * L * E * C + 2 * L * E + C + 1 + len(problem.tenants)
     if not S:
         return common + L * E + L * C  # split, makespan
-    busy = int((problem.scenario_work_ms.max(axis=3) > 0).sum())  # (l, s, e) with work
+    busy = int((problem.scenario_work.max(axis=3) > 0).sum())  # (l, s, e) with work
     return common + busy * (C + 1) + L * S * C + L * E  # split, on_replica, makespan, nearest
 
 
@@ -522,20 +522,28 @@ class _Incumbent:
             return True
         return False
 
+    @property
+    def held(self) -> Placement:
+        """The best placement, where the steps that improve it run (after one was found)."""
+        if self.placement is None:
+            raise ValueError("no placement to improve yet")
+        return self.placement
+
     def fill_ties(self, problem: ResidencyProblem) -> None:
         """Spare pages take flexible replicas when the objective stays the same (fill.py)."""
-        filled = fill_spare(problem, self.placement)
-        if filled is self.placement:
+        held = self.held
+        filled = fill_spare(problem, held)
+        if filled is held:
             return
         scored = score(problem, filled)
         if scored.total <= self.objective + 1e-9 * max(1.0, abs(self.objective)):
-            spare = filled.pages - self.placement.pages
+            spare = filled.pages - held.pages
             self.placement, self.objective, self.terms = filled, scored.total, scored
             self.spare_replicas = spare
 
     def search(self, problem: ResidencyProblem, deadline: Deadline) -> None:
         """Local search on the scenarios from the best placement so far, or the previous one if better."""
-        start, start_objective = self.placement, self.objective
+        start, start_objective = self.held, self.objective
         previous = problem.previous
         if previous is not None and not check_feasible(problem, previous):
             kept = score(problem, previous).total
@@ -549,7 +557,7 @@ class _Incumbent:
         """One more search of `EXACT_SEARCH_FACTOR` times the moves from the best so far, with its
         own seed."""
         longer = dataclasses.replace(problem, search_moves=problem.search_moves * EXACT_SEARCH_FACTOR)
-        found = refine(longer, self.placement, seed=seed, deadline=deadline)
+        found = refine(longer, self.held, seed=seed, deadline=deadline)
         label = "+ longer search"
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 
@@ -563,9 +571,7 @@ class _Incumbent:
     ) -> None:
         """`proposals` annealing proposals per layer from the best so far (anneal.py), or as many
         as fit `fit_to`'s time left."""
-        found = anneal(
-            problem, self.placement, proposals=proposals, seed=seed, deadline=deadline, fit_to=fit_to
-        )
+        found = anneal(problem, self.held, proposals=proposals, seed=seed, deadline=deadline, fit_to=fit_to)
         label = "+ annealing"
         self.offer(problem, found, self.source if self.source.endswith(label) else f"{self.source} {label}")
 

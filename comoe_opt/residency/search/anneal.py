@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, related_speeds, resident_of
+from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, resident_of, speeds_of
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.objective import nearest_nop
 from comoe_opt.residency.placement import Placement
@@ -60,7 +60,7 @@ def anneal(
     work = problem.scenario_work_ms
     if work is None or not enumerable(work):
         return placement
-    table = CutTable.for_speeds(related_speeds(work))
+    table = CutTable.for_speeds(speeds_of(work))
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
     pace = None if fit_to is None or not math.isfinite(fit_to.limit_s) else _Pace(fit_to)
@@ -70,7 +70,7 @@ def anneal(
         layer = (seed + k) % problem.layers
         state = _Layer(problem, table, resident[layer], layer, room)
         count = proposals if pace is None else pace.fitting(state, proposals, problem.layers - k)
-        began = None if pace is None else pace.clock()
+        began = 0.0 if pace is None else pace.clock()
         resident[layer] = state.run(np.random.default_rng([seed, layer]), count, temperature)
         if pace is not None:
             pace.record(count, pace.clock() - began)
@@ -113,7 +113,7 @@ class _Layer:
         self, problem: ResidencyProblem, table: CutTable, resident: np.ndarray, layer: int, room: np.ndarray
     ):
         self.p, self.table, self.layer, self.room = problem, table, layer, room
-        self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
+        self.work = problem.scenario_work[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
         self.resident = resident.copy()
         self.chiplets = resident.shape[1]
         self.rules = MoveRules.of(problem, layer)

@@ -29,8 +29,8 @@ from comoe_opt.best_split.cut_condition import (
     cut_condition_applies,
     enumerable,
     masks_of,
-    related_speeds,
     resident_of,
+    speeds_of,
 )
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.best_split.pooled import POOL_ROUNDS, base_pool, pooled_search
@@ -52,7 +52,7 @@ def refine(
     work = problem.scenario_work_ms
     if work is None or problem.search_moves == 0 or not cut_condition_applies(work):
         return placement
-    speeds = related_speeds(work)
+    speeds = speeds_of(work)
     table = CutTable.for_speeds(speeds) if enumerable(work) else None
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
@@ -113,7 +113,7 @@ class _LayerRounds:
         """The pool's sets are the table's; the exact value is the search's objective with its
         pooled balance term replaced by the min cut's."""
         resident, room = plan
-        work = self.problem.scenario_work_ms[:, self.layer, :, 0]
+        work = self.problem.scenario_work[:, self.layer, :, 0]
         z, masks = bottlenecks(work, resident, self.speeds)
         chiplets = resident.shape[1]
         sets = set((base_pool(chiplets) if pool is None else pool.sets).tolist())
@@ -161,7 +161,7 @@ class _LayerSearch:
     ):
         self.p, self.table, self.layer, self.room = problem, table, layer, room
         self.chiplets = resident.shape[1]
-        self.work = problem.scenario_work_ms[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
+        self.work = problem.scenario_work[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
         self.masks = masks_of(resident)
         self.rules = MoveRules.of(problem, layer)
         self.owner = self.rules.owner

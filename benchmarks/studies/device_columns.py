@@ -87,7 +87,7 @@ def layer_data(problem: ResidencyProblem, classes: DeviceClasses, prices: Prices
     cl = classes
     K, E = cl.count, problem.experts
     rep = [int(cl.members(k)[0]) for k in range(K)]
-    work = np.stack([problem.scenario_work_ms[:, layer, :, c] for c in rep])
+    work = np.stack([problem.scenario_work[:, layer, :, c] for c in rep])
     price = page_prices(problem, cl, prices, layer)[:, rep]
     pages = np.array([problem.capacity_pages[cl.members(k)].max() for k in range(K)], dtype=np.float64)
     lease = np.zeros((E, problem.chiplets), dtype=bool) if problem.leased is None else problem.leased[layer]
@@ -320,7 +320,7 @@ def placement_columns(
 ) -> tuple[np.ndarray, list[tuple[int, np.ndarray, np.ndarray, np.ndarray | None]]]:
     """A layer's placement [E, C] as columns: each chiplet's contents and its best shares in each
     scenario (the share LP), and the placement's makespans [S] (every column fits them)."""
-    work = problem.scenario_work_ms[:, layer]  # [S, E, C]
+    work = problem.scenario_work[:, layer]  # [S, E, C]
     E, C, S = problem.experts, problem.chiplets, problem.scenarios
     shares = np.zeros((S, E, C))
     makespans = np.zeros(S)
@@ -404,7 +404,7 @@ def makespan_box(problem: ResidencyProblem, layer: int, incumbent: float) -> tup
     """[a, b] every placement with f_l ≤ `incumbent` has its makespans in: a the scenarios' floors,
     b the work on the slowest chiplet, and below what the incumbent leaves above the other floors."""
     classes = device_classes(problem)
-    work = problem.scenario_work_ms[:, layer]  # [S, E, C]
+    work = problem.scenario_work[:, layer]  # [S, E, C]
     lower = work[:, :, 0].sum(axis=1) / float(classes.speed @ classes.size)  # speeds relative to chiplet 0
     upper = work.max(axis=2).sum(axis=1)
     if math.isfinite(incumbent):

@@ -52,7 +52,7 @@ def add_colocation(model: ClassModel, layer: int, experts: int) -> int:
         return 0
     C, K = p.chiplets, cl.count
     speed = float(cl.speed[0])
-    unit = p.scenario_work_ms[:, layer, :, 0] / speed  # [S, E] on one of these chiplets
+    unit = p.scenario_work[:, layer, :, 0] / speed  # [S, E] on one of these chiplets
     floor = unit.sum(axis=1) / C
     cols = model.cols[layer]
     busy = bursty_experts(unit, floor, experts)
