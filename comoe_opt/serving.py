@@ -23,6 +23,7 @@ import tomli_w
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance, instance_from_table
 from comoe_opt.presets import ModelPreset, preset
+from comoe_opt.schema import plain_number
 
 GPU_MEMORY_GB = 80.0  # one serving GPU's memory (H100 SXM / A100 80 GB): what expert slots may fill
 GPU_HBM_GB_S = 3350.0  # H100 SXM HBM3 bandwidth (NVIDIA H100 datasheet)
@@ -139,7 +140,7 @@ def serving_table(
     if setup.nodes < 1 or setup.gpus % setup.nodes:
         raise ComoeError(f"--nodes {setup.nodes}: must divide --gpus {setup.gpus}")
     if setup.expert_mb is not None and not (np.isfinite(setup.expert_mb) and 0 < setup.expert_mb <= 1e6):
-        raise ComoeError(f"--expert-mb must be in (0, 1000000] MB, got {setup.expert_mb}")
+        raise ComoeError(f"--expert-mb must be in (0, 1000000] MB, got {plain_number(setup.expert_mb)}")
     slots, flag = slots_per_layer(setup, shape.experts, redundant)
     layers = len(shape.layer_ids)
     if layers == 0:

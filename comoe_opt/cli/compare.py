@@ -36,6 +36,16 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
             model_layer_ids=model.moe_layer_ids,
             model_layers=model.hidden_layers,
         )
+    used = min(steps.shape[0], args.steps) if args.steps else steps.shape[0]
+    if used < 2:  # one step to plan on, one to serve: named where it came from
+        source = (
+            f"--steps {args.steps}"
+            if args.steps and args.steps < 2
+            else (str(args.counts) if args.counts is not None else f"{args.instance}'s trace")
+        )
+        raise ComoeError(
+            f"{source}: {used} step with load; compare needs at least 2 (one to plan on, one to serve)"
+        )
     settings = cmp.CompareSettings(
         peers=peers,
         steps=args.steps,

@@ -13,6 +13,7 @@ import numpy as np
 from comoe_opt.errors import InputError, first_line
 from comoe_opt.jsonio import is_int, is_number, json_type, load_json
 from comoe_opt.npzfile import npz_names, read_npz
+from comoe_opt.schema import plain_number
 
 LOAD_KEYS = ("logical_count", "counts")
 MAX_COUNT = 1e15  # tokens per expert: far past any recording, and sums of such counts stay exact
@@ -181,9 +182,9 @@ def _numeric_array(raw: Any, prefix: str, path: Path) -> np.ndarray:
         if isinstance(value, int) and abs(value) > MAX_COUNT:
             raise InputError(path, where, f"count above {MAX_COUNT:g} ({len(str(value))} digits)")
         if not math.isfinite(value):
-            raise InputError(path, where, f"must be finite, got {value!r}")
+            raise InputError(path, where, f"must be finite, got {plain_number(value)}")
         if value < 0:
-            raise InputError(path, where, f"negative count {value!r}")
+            raise InputError(path, where, f"negative count {plain_number(value)}")
         if value > MAX_COUNT:
             raise InputError(path, where, f"count {value:g} above {MAX_COUNT:g}: sums would overflow")
 
@@ -223,7 +224,7 @@ def _checked_numeric(arr: np.ndarray, name: str, path: Path) -> np.ndarray:
         where = np.argwhere(bad)
         if where.size:
             index = "".join(f"[{int(i)}]" for i in where[0])
-            raise InputError(path, f"{name}{index}", f"{problem} {arr[tuple(where[0])]!r}")
+            raise InputError(path, f"{name}{index}", f"{problem} {plain_number(arr[tuple(where[0])])}")
     return arr
 
 

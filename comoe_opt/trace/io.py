@@ -67,6 +67,13 @@ def _read_npz(path: Path, num_experts: int | None) -> Trace | AggregateTrace:
         return _per_token_from_arrays(arrays, path, num_experts)
     if "counts" in arrays:
         return _aggregate_from_arrays(arrays, path, num_experts)
+    if "logical_count" in arrays:
+        raise InputError(
+            path,
+            "logical_count",
+            "a load dump, not a trace: give it to compare or solve with --counts, or write its instance"
+            " with `instance new --from-counts` (trace.kind = 'counts')",
+        )
     raise InputError(path, None, "holds neither 'topk' (per-token) nor 'counts' (aggregate)")
 
 
