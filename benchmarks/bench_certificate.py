@@ -30,24 +30,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from machine import describe
+from _common import GPTOSS, describe, script_args, window_problem
 
-from comoe_opt.instance import load_instance, with_overrides
-from comoe_opt.planning import plan_window
 from comoe_opt.residency.bounds.check_bound import BoundCertificate, check_certificate, recompute
-from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.trace import instance_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = ROOT / "benchmarks" / "results" / "certificate.md"
-GPTOSS = ROOT / "instances" / "real-gptoss20b.toml"
-
-
-def window_problem(path: Path, window: int, overrides: dict | None = None) -> ResidencyProblem:
-    """The window's problem through the project's planning path (as `solve --window` builds it)."""
-    instance = with_overrides(load_instance(path), overrides or {})
-    part = instance_batches(instance).planning_window(window, instance.policy.window_batches)
-    return plan_window(instance, part, method="static").problem
 
 
 def run_window(path: Path, window: int, incumbent_limit: float, save: Path | None, overrides: dict) -> dict:
@@ -147,8 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, help="write each certificate's JSON into this folder")
     parser.add_argument("--check", type=Path, help="recompute this saved certificate (one window)")
     parser.add_argument("--scenarios", type=int, help="policy.balance_scenarios (default: the instance's)")
-    parser.add_argument("--output", type=Path, default=RESULT)
+    script_args(parser, RESULT)
     args = parser.parse_args(argv)
+    if args.smoke:  # one window of GPT-OSS, the incumbent on a short limit
+        args.windows, args.incumbent_limit = [0], 2.0
     overrides = {} if args.scenarios is None else {"policy.balance_scenarios": args.scenarios}
     if args.check is not None:
         if len(args.windows) != 1:

@@ -1,213 +1,150 @@
 """The drop-in `rebalance_experts` as an engine uses it, on the real GPT-OSS-20B decode steps.
 
+    .venv/bin/python benchmarks/bench_dropin.py [--upstream-eplb path/to/eplb.py] [--windows N]
+        [--in-flight N] [--output benchmarks/results/dropin.md] [--smoke]
+
 The trace is batched as the project's decode batching does (64 sequences in flight, 24 layers x
 32 experts, top-4); 8 GPUs hold 40 slots per layer. Every 32 steps each balancer plans on the
-last 128 steps (fewer at the start) and the plan serves the next 32 steps, which it has not
-seen: each (step, layer) is scored by its max/mean GPU load with the engines' even split and
-with the best split (SGLang's `lp` dispatch; the cut condition, exact over the 255 GPU sets).
-Each balancer starts from the engines' initial layout and is given the map it put in service;
-an expert moved is a replica on a GPU that did not hold it.
+last 128 steps (the first window plans on itself: the warm-up, not scored) and the plan serves
+the next 32 steps, which it has not seen; each (step, layer) is scored by its max/mean GPU load
+with the engines' even split and with the best split (SGLang's `lp` dispatch), through the one
+replay (`comoe_opt/replay/`) that `compare` and the regime suite use.
 
-Balancers: EPLB (the project's port; upstream's own code is not part of the project), every
-engine port found in `comoe_opt.balancers.engines` (if present), and ours for both
-dispatches. Planning time is compared with upstream EPLB side by side when `--upstream-eplb`
-names DeepSeek's `eplb.py` (github.com/deepseek-ai/EPLB) and torch is installed, at GPT-OSS
-scale (the replay's inputs) and DeepSeek-V3 scale (../shared/eplb-reference's inputs, with a
-synthetic 128-step history).
-
-    .venv/bin/python benchmarks/bench_dropin.py [--upstream-eplb path/to/eplb.py] [--windows N]
-        [--in-flight N]
+Balancers: EPLB and every engine port (the slow loop's heuristics, through the rolling horizon),
+and the drop-in for both dispatches, with the map in service as `previous`. Planning time is
+compared with upstream EPLB side by side when `--upstream-eplb` names DeepSeek's `eplb.py`
+(github.com/deepseek-ai/EPLB) and torch is installed, at GPT-OSS scale (the replay's inputs) and
+DeepSeek-V3 scale (../shared/eplb-reference's inputs, with a synthetic 128-step history).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.util
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import describe
+from _common import RESULTS, ROOT, describe, dropin_planners, dropin_runs, dropin_table, p95, script_args
 
-from comoe_opt.balancers.dropin import search as ds
 from comoe_opt.balancers.dropin.rebalance import rebalance_experts
+from comoe_opt.balancers.engines import ENGINES
+from comoe_opt.instance import Instance, with_overrides
+from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling, Run
+from comoe_opt.serving import ServingSetup, counts_instance
 from comoe_opt.trace import read_trace
-from comoe_opt.trace.batching import make_batches
+from comoe_opt.trace.batching import make_batches, step_counts
 
-ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / ".." / "shared" / "traces" / "gptoss20b" / "gptoss20b_routing.npz"
 REFERENCE = ROOT / ".." / "shared" / "eplb-reference"
 SLOTS, GPUS, IN_FLIGHT, EVERY, HISTORY = 40, 8, 64, 32, 128
 HELD_OUT_FROM = 33  # windows 1-32 were used to choose the search's constants; 33 on were not
-Plan = Callable[[np.ndarray, np.ndarray | None], np.ndarray]  # (history steps, map in service) -> phy2log
+CACHE = ROOT / "bench-out" / "dropin"
 
 
-@dataclass(frozen=True)
-class Setup:
-    """The replay's serving set-up: slots per layer, GPUs, re-plan interval and history (steps)."""
-
-    slots: int = SLOTS
-    gpus: int = GPUS
-    every: int = EVERY
-    history: int = HISTORY
+def gptoss_steps(in_flight: int) -> np.ndarray:
+    """[steps, layers, experts] expert selections per decode step of `in_flight` sequences in flight."""
+    trace = read_trace(TRACE)
+    return step_counts(make_batches(trace, in_flight, "decode"))
 
 
-GPT_OSS = Setup()
+def gptoss_instance(steps: np.ndarray, in_flight: int) -> Instance:
+    """The serving instance of these steps: 8 GPUs, 40 slots per layer, a re-plan every 32 steps on
+    the last 128 (the dump written once under bench-out/, read as `--counts` reads it)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    dump = CACHE / f"gptoss-{in_flight}-in-flight.npz"
+    if not dump.is_file():
+        np.savez(dump, logical_count=steps.astype(np.int32))
+    instance, _ = counts_instance(dump, ServingSetup(gpus=GPUS, slots=SLOTS))
+    overrides = {"policy.window_batches": EVERY, "policy.history_windows": HISTORY // EVERY}
+    return with_overrides(instance, overrides, "bench_dropin")
 
 
-@dataclass
-class Row:
-    name: str
-    even: list[np.ndarray] = field(default_factory=list)  # per window: [layers * steps] max/mean
-    best: list[np.ndarray] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    moved: list[int] = field(default_factory=list)
-    failed: str = ""  # a balancer that raised (a port being changed as this ran) is reported, not scored
-
-
-def step_counts(path: Path) -> np.ndarray:
-    """[steps, layers, experts] expert selections per decode step of `IN_FLIGHT` sequences in flight."""
-    trace = read_trace(path)
-    chosen = make_batches(trace, IN_FLIGHT, "decode").experts.astype(np.int64)  # [S, 64, L, k]
-    steps, _, layers, _ = chosen.shape
-    flat = (np.arange(layers)[None, None, :, None] * trace.num_experts + chosen).reshape(steps, -1)
-    size = layers * trace.num_experts
-    return np.stack([np.bincount(row, minlength=size) for row in flat]).reshape(steps, layers, -1)
-
-
-def core_balancers(setup: Setup = GPT_OSS) -> dict[str, Plan]:
-    """The EPLB port and ours with both dispatches, at their defaults."""
-    return {
-        "EPLB": lambda h, prev: rebalance_experts(
-            h.sum(axis=0), setup.slots, 1, 1, setup.gpus, method="eplb"
-        )[0],
-        "ours, even": lambda h, prev: _ours(h, prev, "even", setup=setup),
-        "ours, lp": lambda h, prev: _ours(h, prev, "lp", setup=setup),
-    }
-
-
-def balancers(with_engines: bool) -> tuple[dict[str, Plan], str]:
-    """Every balancer of the replay, and a note on the engine ports found."""
-    plans: dict[str, Plan] = {
-        **core_balancers(),
-        "ours, even, no previous": lambda h, prev: _ours(h, None, "even"),
-        "ours, even, move cost 0.004": lambda h, prev: _ours(h, prev, "even", move_cost=0.004),
-        "ours, even, all steps alike": lambda h, prev: _uniform(h, prev),
+def planners(instance: Instance, steps: np.ndarray, with_engines: bool) -> tuple[dict[str, Planner], str]:
+    """Every balancer of the replay, and a note on the engine ports run."""
+    layout = EplbLayout.of(instance, steps, "the drop-in replay")
+    extra: dict[str, Planner] = {
+        "ours, even, no previous": DropIn(
+            layout, "even", label="ours, even, no previous", use_previous=False
+        ),
+        "ours, even, move cost 0.004": DropIn(
+            layout, "even", (("move_cost", 0.004),), label="ours, even, move cost 0.004"
+        ),
+        "ours, even, all steps alike": DropIn(
+            layout, "even", (("half_life", None),), label="ours, even, all steps alike"
+        ),
     }
     if not with_engines:
-        return plans, "engine ports not run (--no-engines)"
-    try:
-        engines = importlib.import_module("comoe_opt.balancers.engines")
-    except ImportError:
-        return plans, "no engine ports in the tree when this ran"
-    for name, port in engines.ENGINE_BALANCERS.items():
-        if name.endswith("-hier"):
-            continue  # one node: the hierarchical modes are the plain ones
-        plans[name] = _engine(port, name in engines.PER_STEP, name in engines.INCREMENTAL)
-    return plans, "engine ports: " + ", ".join(n for n in engines.ENGINE_BALANCERS if not n.endswith("-hier"))
+        return dropin_planners(instance, steps, **extra), "engine ports not run (--no-engines)"
+    names = [
+        n for n in ENGINES if not n.endswith("-hier")
+    ]  # one node: the hierarchical modes are the plain ones
+    for name in names:
+        extra[name] = Rolling(instance, name)
+    return dropin_planners(instance, steps, **extra), "engine ports: " + ", ".join(names)
 
 
-def _ours(
-    history: np.ndarray, previous: np.ndarray | None, dispatch: str, setup: Setup = GPT_OSS, **options: Any
-) -> np.ndarray:
-    args = (history.sum(axis=0), setup.slots, 1, 1, setup.gpus)
-    return rebalance_experts(*args, history=history, previous=previous, dispatch=dispatch, **options)[0]
+def targets(runs: dict[str, Run], steps: np.ndarray, ratios: dict[str, float]) -> list[str]:
+    """The targets on all scored windows: each line says met or missed, with the number."""
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    ep_even = p95(runs["EPLB"], steps, "even")
+    lines = []
+    for name in ("ours, even", "ours, even, no previous"):
+        if name not in runs:
+            continue
+        gain = 1 - p95(runs[name], steps, "even") / ep_even
+        above = float((runs[name].served(steps, "even").imbalance > 0.97 * ep_even).mean())
+        lines.append(
+            f"- {name}: P95 even split {100 * gain:.1f}% below EPLB (target 3%): {mark(gain >= 0.03)}"
+            f" ({100 * above:.2f}% of (step, layer) lie above 0.97 x EPLB's P95; 5% or fewer meets it)."
+        )
+    gain = 1 - p95(runs["ours, lp"], steps, "lp") / p95(runs["EPLB"], steps, "lp")
+    lines.append(
+        f"- ours, lp: P95 best split {100 * gain:.1f}% below EPLB's (target 10%): {mark(gain >= 0.1)}."
+    )
+    for name in ("ours, even", "ours, lp"):
+        share = runs[name].copies_per_replan() / max(runs["EPLB"].copies_per_replan(), 1e-12)
+        lines.append(f"- {name}: copies {share:.3f} of EPLB's (target 1/10): {mark(share <= 0.1)}.")
+    for scale, ratio in ratios.items():
+        lines.append(
+            f"- {scale} planning time, worst ours / upstream: {ratio:.2f} (target 2): {mark(ratio <= 2)}."
+        )
+    return lines
 
 
-def _uniform(history: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
-    """Ours with every history step weighted alike (no recency): the ablation of the half-life."""
-    return _ours(history, previous, "even", half_life=None)
+def held_out(runs: dict[str, Run], steps: np.ndarray, windows: int) -> list[str]:
+    """The table on the windows that chose no constant (from `HELD_OUT_FROM` on)."""
+    if windows < HELD_OUT_FROM:
+        return []
+    later = steps[HELD_OUT_FROM * EVERY :]
+    parts = {name: _from_window(run, HELD_OUT_FROM) for name, run in runs.items()}
+    return (
+        [
+            f"## Held-out windows {HELD_OUT_FROM}-{windows}",
+            "",
+            "The search's constants (candidates per iteration, extra moves, history cap, budget, the"
+            " history's half-life, the start's risk weight) were chosen on"
+            f" windows 1-{HELD_OUT_FROM - 1}; these windows played no part in those.",
+            "",
+            *dropin_table(parts, steps),
+            "",
+        ]
+        if later.size
+        else []
+    )
 
 
-def _engine(port: Callable[..., Any], per_step: bool, incremental: bool) -> Plan:
-    def plan(history: np.ndarray, previous: np.ndarray | None) -> np.ndarray:
-        loads = history if per_step else history.sum(axis=0)
-        extra = [previous] if incremental else []
-        return np.asarray(port(loads, SLOTS, 1, 1, GPUS, *extra)[0])
-
-    return plan
-
-
-def initial_layout(layers: int, experts: int, slots: int = SLOTS) -> np.ndarray:
-    """The layout engines load before their first re-plan: experts in id order, then copies of 0, 1, ..."""
-    row = np.concatenate([np.arange(experts), np.arange(slots - experts) % experts])
-    return np.tile(row, (layers, 1))
-
-
-FORESIGHT = ("", "hindsight", "cross-fitted")  # what a plan sees of the window it is scored on
-
-
-def replay(
-    counts: np.ndarray, plans: dict[str, Plan], windows: int, setup: Setup = GPT_OSS, foresight: str = ""
-) -> list[Row]:
-    """Each balancer every `setup.every` steps on the last `setup.history`, scored on the next steps.
-    `foresight`: "hindsight" plans on the very steps it is scored on (all the room there is, noise
-    included); "cross-fitted" plans on the window's even steps for its odd ones and back (the
-    window's load known, not the steps scored: the room a prediction could have)."""
-    steps, layers, experts = counts.shape
-    every, gpus = setup.every, setup.gpus
-    starts = list(range(every, steps, every))[: windows or None]
-    rows = [Row(name) for name in plans]
-    for row, plan in zip(rows, plans.values(), strict=True):
-        in_service = initial_layout(layers, experts, setup.slots)
-        for start in starts:
-            served = np.arange(start, min(start + every, steps))
-            try:
-                in_service = _serve(
-                    row, plan, counts, _pairs(served, start, setup, foresight), in_service, gpus
-                )
-            except Exception as exc:  # a peer port failing must not stop the others
-                row.failed = f"window {len(row.even) + 1}: {type(exc).__name__}: {exc}"
-                break
-        print(f"{row.name}: {len(row.even)} windows {row.failed}", flush=True)
-    return rows
-
-
-def _pairs(
-    served: np.ndarray, start: int, setup: Setup, foresight: str
-) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(steps planned on, steps scored on) for one window."""
-    if foresight == "hindsight":
-        return [(served, served)]
-    if foresight == "cross-fitted":
-        even, odd = served[::2], served[1::2]
-        return [(even, odd), (odd, even)] if odd.size else [(even, even)]
-    return [(np.arange(max(0, start - setup.history), start), served)]
-
-
-def _serve(
-    row: Row,
-    plan: Plan,
-    counts: np.ndarray,
-    pairs: list[tuple[np.ndarray, np.ndarray]],
-    in_service: np.ndarray,
-    gpus: int,
-) -> np.ndarray:
-    """Plan and score one window's pairs into `row`; the first pair's plan stays in service."""
-    experts = counts.shape[2]
-    even, best, kept = [], [], in_service
-    for i, (planned, scored) in enumerate(pairs):
-        began = time.perf_counter()
-        new = plan(counts[planned].astype(np.float64), in_service)
-        if i == 0:
-            row.seconds.append(time.perf_counter() - began)
-            row.moved.append(_moved(new, in_service, experts, gpus))
-            kept = new
-        w = ds.normalised(counts[scored].transpose(1, 0, 2).astype(np.float64), gpus)
-        even.append(ds.scores(new, w, ds.Shape(gpus, 1, "even")).ravel())
-        best.append(ds.scores(new, w, ds.Shape(gpus, 1, "lp")).ravel())
-    row.even.append(np.concatenate(even))
-    row.best.append(np.concatenate(best))
+def _from_window(run: Run, first: int) -> Run:
+    """The run scored from window `first` on (its parts are in window order, one per window)."""
+    kept = Run(run.name, run.foresight, run.placements, run.copies[first - 1 :], run.plan_s[first:])
+    kept.parts = [(idx, plan) for idx, plan in run.parts if idx.size and int(idx[0]) >= first * EVERY]
     return kept
-
-
-def _moved(new: np.ndarray, old: np.ndarray, experts: int, gpus: int = GPUS) -> int:
-    return int(ds.moved(ds.replica_counts(new, experts, gpus), ds.replica_counts(old, experts, gpus)).sum())
 
 
 def load_upstream(path: Path | None) -> Callable[..., Any] | None:
@@ -285,82 +222,6 @@ def timing_cases(counts: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray, 
         history = np.stack([rng.multinomial(20_000 // HISTORY, row, size=HISTORY) for row in share], axis=1)
         cases.append((f"DeepSeek-V3 {name[5:]}", weight, history.astype(np.float64), args))
     return cases
-
-
-def table(rows: list[Row], first: int) -> list[str]:
-    """P95/P99 of the windows from `first` on (1-based), planning time and moves."""
-    eplb = next(r for r in rows if r.name == "EPLB")
-    ep_even, ep_best = (np.percentile(np.concatenate(x[first - 1 :]), 95) for x in (eplb.even, eplb.best))
-    ep_moved = float(np.mean(eplb.moved[first - 1 :]))
-    lines = [
-        "| balancer | P95 even | P99 even | P95 best split | P99 best split | P95 even vs EPLB"
-        " | P95 best vs EPLB | median plan ms | moved / rebalance | moved vs EPLB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        if r.failed:
-            lines.append(f"| {r.name} | failed ({r.failed}) |" + " |" * 9)
-            continue
-        even, best = np.concatenate(r.even[first - 1 :]), np.concatenate(r.best[first - 1 :])
-        p95e, p99e, p95b, p99b = (np.percentile(x, q) for x in (even, best) for q in (95, 99))
-        moved = float(np.mean(r.moved[first - 1 :]))
-        lines.append(
-            f"| {r.name} | {p95e:.4f} | {p99e:.4f} | {p95b:.4f} | {p99b:.4f}"
-            f" | {100 * (p95e / ep_even - 1):+.1f}% | {100 * (p95b / ep_best - 1):+.1f}%"
-            f" | {1e3 * np.median(r.seconds):.1f} | {moved:.1f} | {moved / ep_moved:.3f} |"
-        )
-    return lines
-
-
-def targets(rows: list[Row], ratios: dict[str, float]) -> list[str]:
-    """The issue's targets on all windows: each line says met or missed, with the number."""
-    by = {r.name: r for r in rows if not r.failed}
-
-    def p95(name: str, split: str) -> float:
-        return float(np.percentile(np.concatenate(getattr(by[name], split)), 95))
-
-    def mark(ok: bool) -> str:
-        return "met" if ok else "missed"
-
-    lines = []
-    for name in ("ours, even", "ours, even, no previous"):
-        if name not in by:  # not run (--only)
-            continue
-        gain = 1 - p95(name, "even") / p95("EPLB", "even")
-        above = float((np.concatenate(by[name].even) > 0.97 * p95("EPLB", "even")).mean())
-        lines.append(
-            f"- {name}: P95 even split {100 * gain:.1f}% below EPLB (target 3%): {mark(gain >= 0.03)}"
-            f" ({100 * above:.2f}% of (step, layer) lie above 0.97 x EPLB's P95; 5% or fewer meets it)."
-        )
-    gain = 1 - p95("ours, lp", "best") / p95("EPLB", "best")
-    lines.append(
-        f"- ours, lp: P95 best split {100 * gain:.1f}% below EPLB's (target 10%): {mark(gain >= 0.1)}."
-    )
-    for name in ("ours, even", "ours, lp"):
-        share = np.mean(by[name].moved) / np.mean(by["EPLB"].moved)
-        lines.append(f"- {name}: moves {share:.3f} of EPLB's experts (target 1/10): {mark(share <= 0.1)}.")
-    for scale, ratio in ratios.items():
-        lines.append(
-            f"- {scale} planning time, worst ours / upstream: {ratio:.2f} (target 2): {mark(ratio <= 2)}."
-        )
-    return lines
-
-
-def held_out(rows: list[Row], n: int) -> list[str]:
-    if n < HELD_OUT_FROM:
-        return []
-    return [
-        f"## Held-out windows {HELD_OUT_FROM}-{n}",
-        "",
-        "The search's constants (candidates per iteration, extra moves, history cap, budget, the"
-        " history's half-life, the start's risk weight) were chosen on"
-        f" windows 1-{HELD_OUT_FROM - 1}; these windows played no part in those. The halves' block"
-        " (8 steps) was set from the steps' autocorrelation; its alternatives were measured on all"
-        " windows (notes below).",
-        "",
-        *table(rows, HELD_OUT_FROM),
-        "",
-    ]
 
 
 BACKTEST = [
@@ -508,48 +369,54 @@ NOTES = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    global IN_FLIGHT  # --in-flight: another batching of the same trace
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream-eplb", type=Path, help="DeepSeek's eplb.py, for side-by-side timing")
     parser.add_argument("--windows", type=int, default=0, help="replay only the first N windows (0: all)")
     parser.add_argument("--no-engines", action="store_true", help="skip the engine ports")
     parser.add_argument("--only", nargs="*", help="run only these balancers (EPLB always runs)")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "dropin.md")
     parser.add_argument("--in-flight", type=int, default=IN_FLIGHT, help="sequences batched per decode step")
+    script_args(parser, RESULTS / "dropin.md")
     args = parser.parse_args(argv)
-    IN_FLIGHT = args.in_flight
     load_before = os.getloadavg()[0]
-    counts = step_counts(TRACE)
-    plans, engines_note = balancers(not args.no_engines)
+    counts = gptoss_steps(args.in_flight)
+    windows = 3 if args.smoke else args.windows
+    if windows:
+        counts = counts[: windows * EVERY]
+    instance = gptoss_instance(counts, args.in_flight)
+    plans, engines_note = planners(instance, counts, not (args.no_engines or args.smoke))
     if args.only:
         plans = {k: v for k, v in plans.items() if k == "EPLB" or k in args.only}
-    rows = replay(counts, plans, args.windows)
-    timing, ratios = side_by_side(load_upstream(args.upstream_eplb), timing_cases(counts))
-    n = len(rows[0].even)
+    runs = dropin_runs(instance, counts, plans)
+    cases = [] if args.smoke else timing_cases(counts)
+    timing, ratios = side_by_side(load_upstream(args.upstream_eplb), cases)
+    n = len(runs["EPLB"].placements)
     lines = [
         "# The drop-in `rebalance_experts` on GPT-OSS-20B decode steps",
         "",
-        f"{counts.shape[0]} decode steps of {IN_FLIGHT} sequences in flight, 24 layers x 32 experts, top-4;"
+        f"{counts.shape[0]} decode steps of {args.in_flight} sequences in flight, 24 layers x 32 experts,"
+        " top-4;"
         f" {GPUS} GPUs, {SLOTS} slots per layer. Every {EVERY} steps each balancer plans on the last"
-        f" {HISTORY} steps (fewer at the start) and its plan serves the next {EVERY}: {n} windows."
-        " Scores are per (step, layer) max/mean GPU load on the steps after the plan's history, with"
-        " the engines' even split and with the best split (SGLang's `lp` dispatch). Moves are counted"
-        " against the map each balancer itself had in service (the engines' initial layout at first).",
+        f" {HISTORY} steps and its plan serves the next {EVERY}: {n} windows, the first the warm-up"
+        " (planned on itself, not scored). Scores are per (step, layer) max/mean GPU load on the steps"
+        " after the plan's history, with the engines' even split (formulations/mapping.md, 'The even"
+        " split') and with the best split (SGLang's `lp` dispatch), through the one replay"
+        " (`comoe_opt/replay/`). Copies are (expert, GPU) pairs a plan holds that the plan in service did"
+        " not.",
         f"{engines_note}. Ours: `rebalance_experts(sum, 40, 1, 1, 8, history=last 128 steps,"
         " previous=map in service, dispatch=...)` with its defaults (a work budget sized from the input's"
-        " shape to 15x EPLB's own packing for `even`, 300x for `lp`, never read off the clock: the same"
-        " plans on any machine; move cost 0.002, half-life half the history, raw steps: the backtest that"
-        " would choose them per call, `calibrate=True`, is off by default, below).",
+        " shape, never read off the clock: the same plans on any machine; move cost 0.002, half-life half"
+        " the history, raw steps: the backtest that would choose them per call, `calibrate=True`, is off"
+        " by default, below).",
         "",
-        "## Targets (all windows)",
+        "## Targets (all scored windows)",
         "",
-        *targets(rows, ratios),
+        *targets(runs, counts, ratios),
         "",
-        f"## All {n} windows",
+        f"## All {n - 1} scored windows",
         "",
-        *table(rows, 1),
+        *dropin_table(runs, counts),
         "",
-        *held_out(rows, n),
+        *held_out(runs, counts, n),
         *BACKTEST,
         *NOTES,
         *SAME_MAP,
@@ -566,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines)
     print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     return 0
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.mapping import (
@@ -251,13 +251,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--samples", type=int, default=1000)
-    parser.add_argument("--output", type=Path, default=RESULT)
+    script_args(parser, RESULT)
     args = parser.parse_args(argv)
+    if args.smoke:  # one run of the paper's scale, a few samples
+        args.runs, args.samples = 1, 5
     base = load_instance(BASELINE)
-    scales = [paper_scale(base), large_scale(base, 1.1), large_scale(base, 0.6)]
+    scales = (
+        [paper_scale(base)]
+        if args.smoke
+        else [paper_scale(base), large_scale(base, 1.1), large_scale(base, 0.6)]
+    )
     timing = [timing_row(scale, args.runs) for scale in scales]
     reports = gap_reports(base, args.samples)
     text = render(timing, reports, args)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     print(text)
     return 0

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.residency.heuristics import HEURISTICS
@@ -217,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--skip-full", action="store_true", help="skip the plain-model probe")
     parser.add_argument("--overrun-only", action="store_true", help="only the time-limit overrun table")
-    parser.add_argument("--output", type=Path, default=RESULT)
     parser.add_argument("--overrun-output", type=Path, default=OVERRUN_RESULT)
+    script_args(parser, RESULT)
     args = parser.parse_args(argv)
+    cases = CASES
+    if args.smoke:  # the paper baseline once on a short limit; no plain-model probe, no overrun table
+        cases, args.runs, args.skip_full = [("paper-baseline", PAPER, 2.0, 1e-2, {})], 1, True
     if args.overrun_only:
         write_overrun(args.overrun_output)
         return 0
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         " lower bound. `.venv/bin/python benchmarks/bench_residency.py`.",
         "",
     ]
-    for name, path, limit, gap, overrides in CASES:
+    for name, path, limit, gap, overrides in cases:
         lines += bench_case(name, path, limit, gap, overrides, args.runs)
         print("\n".join(lines), file=sys.stderr)
     if not args.skip_full:
@@ -241,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
-    write_overrun(args.overrun_output)
+    if not args.smoke:
+        write_overrun(args.overrun_output)
     return 0
 
 

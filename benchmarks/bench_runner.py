@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.bench.provenance import available_cores as nproc
 
@@ -120,8 +120,21 @@ def wait_until_idle(limit_s: float) -> float:
     return time.monotonic() - start
 
 
-def run_once(jobs: int, out: Path) -> Measurement:
-    command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(SUITE), "--jobs", str(jobs)]
+# the `--smoke` run's suite: two runs of a few hundred milliseconds
+TINY_SUITE = """name = "tiny"
+instance = "{instance}"
+kind = "slow-loop"
+methods = ["greedy"]
+seeds = [0, 1]
+work_limits = true
+[set]
+"trace.micro_batches" = 60
+"policy.window_batches" = 60
+"""
+
+
+def run_once(jobs: int, out: Path, suite: Path = SUITE) -> Measurement:
+    command = [sys.executable, "-m", "comoe_opt.cli", "bench", str(suite), "--jobs", str(jobs)]
     command += ["--out", str(out), "--no-plots"]
     busy0 = machine_busy_s()
     start = time.perf_counter()
@@ -138,11 +151,20 @@ def run_once(jobs: int, out: Path) -> Measurement:
     return Measurement(jobs, wall, sampler.total, max(busy - sampler.total, 0.0))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="undisturbed repetitions wanted")
     parser.add_argument("--wait-idle", type=float, default=600.0, help="most seconds to wait for quiet")
-    args = parser.parse_args()
+    script_args(parser, RESULT)
+    args = parser.parse_args(argv)
+    suite = SUITE
+    if args.smoke:  # one pair of a tiny suite, no wait for a quiet machine
+        args.repeats, args.wait_idle = 1, 0.0
+        suite = args.output.parent / "tiny-suite.toml"
+        suite.parent.mkdir(parents=True, exist_ok=True)
+        suite.write_text(
+            TINY_SUITE.format(instance=ROOT / "instances" / "paper-baseline.toml"), encoding="utf-8"
+        )
     pairs: list[tuple[Measurement, Measurement]] = []
     waited = 0.0
     with tempfile.TemporaryDirectory(prefix="bench-runner-") as tmp:
@@ -150,7 +172,7 @@ def main() -> None:
             if sum(not (a.disturbed or b.disturbed) for a, b in pairs) >= args.repeats:
                 break
             waited += wait_until_idle(args.wait_idle)
-            pair = tuple(run_once(jobs, Path(tmp) / f"jobs{jobs}-{attempt}") for jobs in (1, 2))
+            pair = tuple(run_once(jobs, Path(tmp) / f"jobs{jobs}-{attempt}", suite) for jobs in (1, 2))
             pairs.append(pair)
             for m in pair:
                 flag = "  DISTURBED" if m.disturbed else ""
@@ -165,8 +187,10 @@ def main() -> None:
     ratio = one / two
     verdict = "meets" if ratio >= TARGET else "misses"
     print(f"median --jobs 1 {one:.2f} s, --jobs 2 {two:.2f} s: speed-up {ratio:.2f}x ({verdict} {TARGET}x)")
-    RESULT.write_text(report(pairs, clean, one, two, ratio, verdict, waited), encoding="utf-8")
-    print(f"wrote {RESULT.relative_to(ROOT)}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(report(pairs, clean, one, two, ratio, verdict, waited), encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
 
 
 def report(
@@ -213,4 +237,4 @@ def report(
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

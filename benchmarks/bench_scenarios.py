@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.best_split.cut_condition import layer_makespans, makespan_lp
 from comoe_opt.instance import Instance, load_instance, with_overrides
@@ -84,8 +84,10 @@ def bench_case(name: str, path: Path, overrides: dict, runs: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "scenarios.md")
+    script_args(parser, ROOT / "benchmarks" / "results" / "scenarios.md")
     args = parser.parse_args(argv)
+    cases = CASES[:1] if args.smoke else CASES  # the smoke: one case, one run
+    args.runs = 1 if args.smoke else args.runs
     lines = [
         "# Balance scenarios: cut enumeration, share LP, local search",
         "",
@@ -101,11 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         " | search layers x moves | search s | objective ms (gain) |",
         "|---|---|---:|---:|---:|---:|---|---:|---|",
     ]
-    for name, path, overrides in CASES:
+    for name, path, overrides in cases:
         lines += bench_case(name, path, overrides, args.runs)
     lines += ["", describe(), ""]
     text = "\n".join(lines)
     print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     return 0
 

@@ -17,9 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from machine import describe
+from _common import describe, script_args
 
-from comoe_opt.instance import SyntheticTrace, load_instance
+from comoe_opt.instance import SyntheticTrace, load_instance, with_overrides
 from comoe_opt.trace import generate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,10 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--instance", type=Path, default=DEFAULT_INSTANCE)
-    parser.add_argument("--output", type=Path, default=RESULT)
+    script_args(parser, RESULT)
     args = parser.parse_args(argv)
 
     instance = load_instance(args.instance)
+    if args.smoke:  # one run of a short trace
+        args.runs = 1
+        instance = with_overrides(instance, {"trace.micro_batches": 20}, "--smoke")
     spec = instance.trace
     if not isinstance(spec, SyntheticTrace):
         parser.error(f"{args.instance} has no synthetic trace")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.evaluator.metrics import peer_summary
 from comoe_opt.evaluator.runs import eval_run, run_many
@@ -28,12 +28,14 @@ STRATEGIES = ("static", "hot", "transition", "eplb", "eplb-flow", "oracle", "com
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "real-gptoss20b.md")
+    script_args(parser, ROOT / "benchmarks" / "results" / "real-gptoss20b.md")
     args = parser.parse_args(argv)
     instance = load_instance(ROOT / "instances" / "real-gptoss20b.toml")
     mean_load = with_overrides(instance, {"policy.balance_scenarios": 0})
-    runs = [eval_run(instance, s) for s in STRATEGIES]
-    runs.append(eval_run(mean_load, "comoe", variant="CoMoE-Chip, balance on the mean load"))
+    steps = 64 if args.smoke else 0  # the smoke: two windows of two strategies
+    strategies = ("static", "eplb") if args.smoke else STRATEGIES
+    runs = [eval_run(instance, s, steps) for s in strategies]
+    runs.append(eval_run(mean_load, "comoe", steps, variant="CoMoE-Chip, balance on the mean load"))
     rows = run_many(runs, args.jobs)
     lines = [
         "# Real trace: GPT-OSS-20B",
@@ -62,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines)
     print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     return 0
 

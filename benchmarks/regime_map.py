@@ -59,7 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finished-points", action="store_true",
                         help="analyse the stored runs of the points whose runs have all finished "
                              "(of a suite still running, or one stopped before the end)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="analyse the committed map (results/runner-regime-map) into --out")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:  # no run: the committed results, analysed into --out
+        args.analyse_only, args.results = True, [HERE / "results" / "runner-regime-map"]
     if not args.analyse_only:
         if len(args.results) != 1:
             parser.error("running a suite writes one --results folder")

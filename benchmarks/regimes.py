@@ -15,97 +15,32 @@ import argparse
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_dropin import FORESIGHT, Row, Setup, core_balancers, replay
-from bench_dropin import table as dropin_table
-from machine import describe
-
-from comoe_opt.evaluator import compare as cmp
-from comoe_opt.instance import Instance, load_instance
-from comoe_opt.residency.heuristics import eplb_slots
-from comoe_opt.residency.problem import residency_problem
-from comoe_opt.stats import trace_stats, window_alpha
-from comoe_opt.trace import Trace, instance_batches, load_trace
-from comoe_opt.trace.batching import MicroBatches
-from comoe_opt.trace.source import batched_part
-
-ROOT = Path(__file__).resolve().parent.parent
-REGIMES_DIR = ROOT / "instances" / "regimes"
-
-
-@dataclass(frozen=True)
-class Regime:
-    key: str
-    path: Path
-    steps: int  # the first N steps are run (bounded: the suite must end in well under an hour)
-    target: str  # the figures the regime is calibrated to (or "assumed")
-    frontier: bool = True  # False where the sweep would not fit the suite's time
-    # policy.migration_weight values the suite sweeps (the instance's own default is added: -1, the
-    # weight chosen per window by backtest): fewer than `compare --frontier` (each point re-plans
-    # every window), from free copies to the copies' whole time
-    weights: tuple[float, ...] = (0.0, 0.05, 1.0)
-
-
-REGIMES = (
-    Regime(
-        "A",
-        REGIMES_DIR / "a-128x-top1-decode.toml",
-        192,
-        "0.5 selections/expert/step; per-layer alpha 0.73-1.13, hottest 4-26%; one layer 99.9% on one"
-        " expert; predictability 0.24 vs popularity 0.17; 3 topics in turn",
-    ),
-    Regime(
-        "B",
-        REGIMES_DIR / "b-64x-top6-prefill.toml",
-        128,
-        "48 selections/expert/step; all-selection alpha 0.14-0.27, rank-1 alpha ~0.95, hottest ~3%;"
-        " short prompts of changing content",
-    ),
-    Regime(
-        "C",
-        REGIMES_DIR / "c-60x-top4-decode.toml",
-        64,
-        "1.7 selections/expert/step (skew assumed)",
-        weights=(0.0, 1.0),
-    ),
-    Regime(
-        "GPT-OSS (real)",
-        ROOT / "instances" / "real-gptoss20b.toml",
-        192,
-        "the real trace: alpha 0.60 (0.41-0.82), predictability 0.41 vs 0.13",
-        weights=(0.0, 1.0),
-    ),
-    Regime(
-        "GPT-OSS (synthetic)",
-        REGIMES_DIR / "gptoss-synthetic.toml",
-        128,
-        "alpha 0.60 (0.41-0.82), predictability 0.41 vs popularity 0.13",
-    ),
-    Regime(
-        "OLMoE",
-        REGIMES_DIR / "olmoe-5-domains.toml",
-        64,
-        "pooled alpha 0.39 (0.27-0.87 per domain), predictability 0.26 vs 0.12; 5 domains",
-    ),
-    Regime("Switch-128", REGIMES_DIR / "switch-128x-top1.toml", 64, "alpha 0.89 (0.51-1.18)"),
-    Regime(
-        "Mixtral",
-        REGIMES_DIR / "mixtral-8x-top2.toml",
-        128,
-        "alpha 0.12 (0.06-0.16), predictability 0.21 vs 0.14",
-    ),
-    Regime(
-        "DeepSeek-V3",
-        REGIMES_DIR / "deepseek-v3-ep32.toml",
-        64,
-        "shape only (58 x 256, top-8, 32 GPUs); skew assumed",
-    ),
+from _common import (
+    REGIMES,
+    RESULTS,
+    ROOT,
+    Regime,
+    describe,
+    dropin_planners,
+    dropin_runs,
+    dropin_table,
+    p95,
+    script_args,
+    slug,
 )
 
+from comoe_opt.evaluator import compare as cmp
+from comoe_opt.evaluator import frontier as front_
+from comoe_opt.instance import Instance, load_instance
+from comoe_opt.replay import FORESIGHTS, Run
+from comoe_opt.stats import trace_stats, window_alpha
+from comoe_opt.trace import Trace, instance_batches, load_trace
+from comoe_opt.trace.batching import MicroBatches, step_counts
+from comoe_opt.trace.source import batched_part
 
 # ---- the regime's own statistics
 
@@ -115,7 +50,7 @@ def regime_stats(instance: Instance, trace: Trace, batches: MicroBatches) -> dic
     layers = trace_stats(batched_part(trace, batches)).layers
     degenerate = layers["hottest_share"].to_numpy() > 0.9
     normal = layers[~degenerate]
-    steps = cmp.step_counts(batches)
+    steps = step_counts(batches)
     return {
         "steps": int(batches.batches),
         "selections_per_expert_step": float(steps.mean()),
@@ -153,65 +88,49 @@ def stats_lines(s: dict[str, Any], target: str) -> list[str]:
 # ---- the drop-in replay
 
 
-def replay_setup(instance: Instance, steps: np.ndarray) -> Setup:
-    """The drop-in replay's set-up as the instance's policy re-plans: EPLB's slots, its GPUs,
-    re-plan interval and history (steps)."""
-    window = instance.policy.window_batches
-    slots = eplb_slots(residency_problem(instance, cmp.window_demand_of(instance, steps[:window])))
-    return Setup(slots, instance.hardware.chiplets, window, window * instance.policy.history_windows)
+def dropin(instance: Instance, steps: np.ndarray) -> dict[str, Run]:
+    """EPLB's port and ours (even, lp) re-planned as the instance's policy re-plans, and each
+    planned in hindsight and cross-fitted (the room a prediction has)."""
+    runs = dropin_runs(instance, steps, dropin_planners(instance, steps))
+    for foresight in FORESIGHTS[1:]:
+        more = dropin_runs(instance, steps, dropin_planners(instance, steps), foresight)
+        runs.update({f"{name} ({foresight})": run for name, run in more.items()})
+    return runs
 
 
-def dropin(instance: Instance, steps: np.ndarray) -> tuple[list[Row], Setup]:
-    """EPLB's port and ours (even, lp) re-planned as the instance's policy re-plans."""
-    setup = replay_setup(instance, steps)
-    rows = replay(steps, core_balancers(setup), 0, setup)
-    for foresight in FORESIGHT[1:]:
-        more = replay(steps, core_balancers(setup), 0, setup, foresight=foresight)
-        for row in more:
-            row.name += f" ({foresight})"
-        rows += more
-    return rows, setup
-
-
-def dropin_targets(rows: list[Row]) -> list[str]:
-    by = {r.name: r for r in rows if not r.failed}
-    if not {"EPLB", "ours, even", "ours, lp"} <= set(by):
-        return [f"- drop-in: a balancer failed ({'; '.join(r.failed for r in rows if r.failed)})"]
-
-    def p95(name: str, split: str) -> float:
-        return float(np.percentile(np.concatenate(getattr(by[name], split)), 95))
-
-    even = p95("ours, even", "even") / p95("EPLB", "even") - 1
-    lp = p95("ours, lp", "best") / p95("EPLB", "best") - 1
+def dropin_targets(runs: dict[str, Run], steps: np.ndarray) -> list[str]:
+    if not {"EPLB", "ours, even", "ours, lp"} <= set(runs):
+        return ["- drop-in: a balancer is missing"]
+    even = p95(runs["ours, even"], steps, "even") / p95(runs["EPLB"], steps, "even") - 1
+    lp = p95(runs["ours, lp"], steps, "lp") / p95(runs["EPLB"], steps, "lp") - 1
     out = [
         f"- drop-in even: {100 * even:+.1f}% vs EPLB (target -3% or better): {_mark(even <= -0.03)}",
         f"- drop-in lp: {100 * lp:+.1f}% vs EPLB + lp (target -10% or better): {_mark(lp <= -0.10)}",
     ]
     for foresight, what in zip(
-        FORESIGHT[1:], ("the steps it serves", "the window's other steps"), strict=True
+        FORESIGHTS[1:], ("the steps it serves", "the window's other steps"), strict=True
     ):
         names = {name: f"{name} ({foresight})" for name in ("EPLB", "ours, even", "ours, lp")}
-        if not set(names.values()) <= set(by):
+        if not set(names.values()) <= set(runs):
             continue
         room = {
-            (n, split): p95(names[n], split) / p95("EPLB", split) - 1
+            (n, split): p95(runs[names[n]], steps, split) / p95(runs["EPLB"], steps, split) - 1
             for n in names
-            for split in ("even", "best")
+            for split in ("even", "lp")
         }
         out.append(
             f"- room, {foresight} (each planned on {what}, vs EPLB planned on its history):"
             f" even: EPLB {100 * room['EPLB', 'even']:+.1f}%, ours {100 * room['ours, even', 'even']:+.1f}%;"
-            f" best split: EPLB {100 * room['EPLB', 'best']:+.1f}%,"
-            f" ours lp {100 * room['ours, lp', 'best']:+.1f}%"
+            f" best split: EPLB {100 * room['EPLB', 'lp']:+.1f}%,"
+            f" ours lp {100 * room['ours, lp', 'lp']:+.1f}%"
         )
-    port_s = float(np.median(by["EPLB"].seconds))
+    port_s = float(np.median(runs["EPLB"].plan_s))
     for name in ("ours, even", "ours, lp"):
-        moves = np.mean(by[name].moved) / max(np.mean(by["EPLB"].moved), 1e-12)
-        slower = float(np.median(by[name].seconds)) / port_s
+        copies = runs[name].copies_per_replan() / max(runs["EPLB"].copies_per_replan(), 1e-12)
+        slower = float(np.median(runs[name].plan_s)) / port_s
         out.append(
-            f"- {name}: moves {moves:.3f} of EPLB's (target 0.1): {_mark(moves <= 0.1)}; median plan time"
-            f" {slower:.1f}x the EPLB port (upstream EPLB not run here: no torch; the issue puts the port"
-            " at ~10x faster than upstream)"
+            f"- {name}: copies {copies:.3f} of EPLB's (target 0.1): {_mark(copies <= 0.1)}; median plan time"
+            f" {slower:.1f}x the EPLB port (through the rolling horizon)"
         )
     return out
 
@@ -219,9 +138,11 @@ def dropin_targets(rows: list[Row]) -> list[str]:
 # ---- compare and the frontier
 
 
-def ranked(result: dict[str, Any]) -> tuple[cmp.FrontierPoint, list[cmp.FrontierPoint], cmp.FrontierPoint]:
+def ranked(
+    result: dict[str, Any],
+) -> tuple[front_.FrontierPoint, list[front_.FrontierPoint], front_.FrontierPoint]:
     """CoMoE's point, the other peers' points and the best of them (lowest P95), from compare's rows."""
-    peers = cmp.peer_points(result)
+    peers = front_.peer_points(result)
     comoe = next(p for p in peers if p.planner == "comoe")
     others = [p for p in peers if p.planner != "comoe"]
     return comoe, others, min(others, key=lambda p: p.p95)
@@ -279,18 +200,24 @@ def compare_targets(result: dict[str, Any], front: dict[str, Any] | None) -> lis
     return out
 
 
-def window_p95(imbalance: dict[str, np.ndarray], window: int) -> dict[str, list[float]]:
-    """Each planner/routing's P95 over each re-plan window's (step, layer) imbalances."""
+def window_p95(result: dict[str, Any], window: int) -> dict[str, list[float]]:
+    """Each planner/routing's P95 over each scored re-plan window's (step, layer) imbalances (the
+    oracle's sampled steps left out)."""
     out = {}
-    for key, ratio in imbalance.items():
+    scored = result["steps"] - result["scored_from"]
+    for key, ratio in result["imbalance"].items():
         per_step = np.asarray(ratio).reshape(ratio.shape[0], -1)
+        if per_step.shape[0] != scored:
+            continue
         out[key] = [
             float(np.percentile(per_step[i : i + window], 95)) for i in range(0, len(per_step), window)
         ]
     return out
 
 
-def window_lines(result: dict[str, Any], comoe: cmp.FrontierPoint, best: cmp.FrontierPoint) -> list[str]:
+def window_lines(
+    result: dict[str, Any], comoe: front_.FrontierPoint, best: front_.FrontierPoint
+) -> list[str]:
     """Where the gap lives: P95 per window of CoMoE, the best peer and hindsight."""
     per = result.get("window_p95")
     if not per:
@@ -328,11 +255,11 @@ def summary_row(key: str, result: dict[str, Any], front: dict[str, Any] | None) 
     )
 
 
-def summary() -> list[str]:
+def summary(parts: Path) -> list[str]:
     """The suite's targets per regime, from the parts present (compared regimes only)."""
     rows = []
     for regime in REGIMES:
-        path = PARTS / f"{slug(regime.key)}.json"
+        path = parts / f"{slug(regime.key)}.json"
         raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         if raw.get("compare"):
             rows.append(summary_row(regime.key, raw["compare"], raw.get("frontier")))
@@ -359,14 +286,14 @@ def summary() -> list[str]:
     ]
 
 
-def retarget(key: str) -> None:
+def retarget(parts: Path, key: str) -> None:
     """Rewrite a saved part's compare and frontier target lines from its JSON (the drop-in lines kept)."""
-    text = (PARTS / f"{key}.md").read_text(encoding="utf-8")
-    raw = json.loads((PARTS / f"{key}.json").read_text(encoding="utf-8"))
+    text = (parts / f"{key}.md").read_text(encoding="utf-8")
+    raw = json.loads((parts / f"{key}.json").read_text(encoding="utf-8"))
     head, rest = text.split("### Targets\n\n", 1)
     kept = rest[rest.index("- drop-in") :]
     lines = compare_targets(raw["compare"], raw["frontier"])
-    (PARTS / f"{key}.md").write_text(
+    (parts / f"{key}.md").write_text(
         head + "### Targets\n\n" + "\n".join(lines) + "\n" + kept, encoding="utf-8"
     )
 
@@ -379,7 +306,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     instance, trace = load_trace(load_instance(regime.path))
     batches = instance_batches(instance, trace)
     limit = steps_override or regime.steps
-    steps = cmp.step_counts(batches)[:limit]
+    steps = step_counts(batches)[:limit]
     seconds: dict[str, float] = {}
     began = time.perf_counter()
     stats = regime_stats(instance, trace, batches.window(0, min(limit, batches.batches)))
@@ -388,19 +315,19 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
     settings = cmp.CompareSettings(bound_windows=0, crossfit=True)
     began = time.perf_counter()
     result = cmp.compare(instance, steps, settings)
-    result["window_p95"] = window_p95(result["imbalance"], instance.policy.window_batches)
+    result["window_p95"] = window_p95(result, instance.policy.window_batches)
     seconds["compare"] = time.perf_counter() - began
     began = time.perf_counter()
-    rows, setup = dropin(instance, steps)
+    runs = dropin(instance, steps)
     seconds["drop-in"] = time.perf_counter() - began
     front = None
     if with_frontier and regime.frontier:
         began = time.perf_counter()
-        front = cmp.frontier(
+        front = front_.frontier(
             instance,
             steps,
             settings,
-            peers=cmp.peer_points(result),
+            peers=front_.peer_points(result),
             weights=regime.weights,
             move_costs=SUITE_MOVE_COSTS,
         )
@@ -413,19 +340,19 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
         "### Targets",
         "",
         *compare_targets(result, front),
-        *dropin_targets(rows),
+        *dropin_targets(runs, steps),
         "",
         "### compare",
         "",
         cmp.markdown(result),
         "",
-        dropin_heading(setup),
+        dropin_heading(instance),
         "",
-        *dropin_table(rows, 1),
+        *dropin_table(runs, steps),
         "",
     ]
     if front is not None:
-        lines += ["### Frontier", "", cmp.frontier_markdown(front), ""]
+        lines += ["### Frontier", "", front_.frontier_markdown(front), ""]
     elif regime.frontier is False:
         lines += [
             "### Frontier",
@@ -446,11 +373,7 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
 
 # The drop-in's move cost in the suite's frontier: free, its default, 8x its default.
 SUITE_MOVE_COSTS = (0.0, 0.002, 0.016)
-PARTS = ROOT / "benchmarks" / "results" / "regimes"
-
-
-def slug(key: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in key.lower()).strip("-")
+PARTS = RESULTS / "regimes"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -460,24 +383,28 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", type=int, default=0, help="first N steps of every regime (0: each its own)"
     )
     parser.add_argument("--no-frontier", action="store_true")
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "regimes.md")
     parser.add_argument("--collect", action="store_true", help="only rebuild the output from the parts")
     parser.add_argument(
         "--dropin-only",
         action="store_true",
         help="only the drop-in replay (to results/regimes-dropin.md and into the saved parts)",
     )
+    script_args(parser, RESULTS / "regimes.md")
     args = parser.parse_args(argv)
+    parts = PARTS
+    if args.smoke:  # one small regime, a few steps, no frontier, its part beside the output
+        args.only, args.steps, args.no_frontier = "C", 12, True
+        parts = args.output.parent / "regimes-parts"
     if args.collect:
-        for part in sorted(PARTS.glob("*.json")):
+        for part in sorted(parts.glob("*.json")):
             if json.loads(part.read_text(encoding="utf-8"))["compare"] is not None:
-                retarget(part.stem)
-        collect(args.output)
+                retarget(parts, part.stem)
+        collect(args.output, parts)
         return 0
     chosen = [r for r in REGIMES if not args.only or r.key in args.only.split(",")]
     if args.dropin_only:
-        return dropin_only(chosen, args.steps, ROOT / "benchmarks" / "results" / "regimes-dropin.md")
-    PARTS.mkdir(parents=True, exist_ok=True)
+        return dropin_only(chosen, args.steps, RESULTS / "regimes-dropin.md", parts)
+    parts.mkdir(parents=True, exist_ok=True)
     for regime in chosen:
         print(f"--- {regime.key}", flush=True)
         load_before, began = os.getloadavg()[0], time.perf_counter()
@@ -488,21 +415,21 @@ def main(argv: list[str] | None = None) -> int:
         )
         text = out["text"] + " " + note + "\n"
         print(text, flush=True)
-        (PARTS / f"{slug(regime.key)}.md").write_text(text, encoding="utf-8")
+        (parts / f"{slug(regime.key)}.md").write_text(text, encoding="utf-8")
         raw = {k: v for k, v in out.items() if k != "text"}
-        (PARTS / f"{slug(regime.key)}.json").write_text(
+        (parts / f"{slug(regime.key)}.json").write_text(
             json.dumps(raw, indent=1, default=float), encoding="utf-8"
         )
-    collect(args.output)
+    collect(args.output, parts)
     return 0
 
 
 # earlier versions of the drop-in measured with this script on the same steps (numbers from those
 # runs), kept beside the run's tables
-DROPIN_NOTES = [*(Path(__file__).parent / "results" / "regimes-dropin-notes.md").read_text().splitlines(), ""]
+DROPIN_NOTES = [*(RESULTS / "regimes-dropin-notes.md").read_text().splitlines(), ""]
 
 
-def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
+def dropin_only(chosen: list[Regime], steps_override: int, output: Path, parts: Path) -> int:
     """The drop-in replay alone for each regime: its targets and table, one file."""
     lines = [
         "# The drop-in replay on the regime suite",
@@ -516,15 +443,15 @@ def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
         print(f"--- {regime.key}", flush=True)
         load_before, began = os.getloadavg()[0], time.perf_counter()
         instance, trace = load_trace(load_instance(regime.path))
-        steps = cmp.step_counts(instance_batches(instance, trace))[: steps_override or regime.steps]
-        rows, setup = dropin(instance, steps)
+        steps = step_counts(instance_batches(instance, trace))[: steps_override or regime.steps]
+        runs = dropin(instance, steps)
         part = [
-            f"## {regime.key}: `{regime.path.relative_to(ROOT)}`, {steps.shape[0]} steps, every {setup.every}"
-            f" on the last {setup.history}; {setup.slots} slots, {setup.gpus} GPUs",
+            f"## {regime.key}: `{regime.path.relative_to(ROOT)}`, {steps.shape[0]} steps;"
+            f" {_replans(instance)}",
             "",
-            *dropin_targets(rows),
+            *dropin_targets(runs, steps),
             "",
-            *dropin_table(rows, 1),
+            *dropin_table(runs, steps),
             "",
             f"Load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after;"
             f" {time.perf_counter() - began:.0f} s.",
@@ -532,35 +459,39 @@ def dropin_only(chosen: list[Regime], steps_override: int, output: Path) -> int:
         ]
         print("\n".join(part), flush=True)
         lines += part
-        splice_dropin(slug(regime.key), rows, setup)
+        splice_dropin(parts / f"{slug(regime.key)}.md", runs, steps, instance)
     lines += DROPIN_NOTES
     lines.append(describe() + " Two cores shared with other jobs: seconds are inflated; ratios count.")
     output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
 
 
-def dropin_heading(setup: Setup) -> str:
+def _replans(instance: Instance) -> str:
+    policy = instance.policy
     return (
-        f"### Drop-in replay (every {setup.every} steps on the last {setup.history}; {setup.slots} slots,"
-        f" {setup.gpus} GPUs)"
+        f"every {policy.window_batches} steps on the last {policy.window_batches * policy.history_windows};"
+        f" {instance.hardware.chiplets} GPUs"
     )
 
 
-def splice_dropin(key: str, rows: list[Row], setup: Setup) -> None:
+def dropin_heading(instance: Instance) -> str:
+    return f"### Drop-in replay ({_replans(instance)})"
+
+
+def splice_dropin(path: Path, runs: dict[str, Run], steps: np.ndarray, instance: Instance) -> None:
     """Replace a saved part's drop-in target lines and table with a new replay's (the rest kept)."""
-    path = PARTS / f"{key}.md"
     if not path.is_file() or "### Drop-in replay" not in path.read_text(encoding="utf-8"):
         return
     text = path.read_text(encoding="utf-8")
     first, end = text.index("- drop-in"), text.index("\n\n### compare")
-    text = text[:first] + "\n".join(dropin_targets(rows)) + text[end:]
+    text = text[:first] + "\n".join(dropin_targets(runs, steps)) + text[end:]
     start = text.index("### Drop-in replay")
     stop = min(i for i in (text.find("\n### ", start), text.find("\nSeconds:", start)) if i >= 0)
-    table = "\n".join([dropin_heading(setup), "", *dropin_table(rows, 1), ""])
+    table = "\n".join([dropin_heading(instance), "", *dropin_table(runs, steps), ""])
     path.write_text(text[:start] + table + text[stop:], encoding="utf-8")
 
 
-def collect(output: Path) -> None:
+def collect(output: Path, parts_dir: Path) -> None:
     """regimes.md from the regimes' parts present, in suite order."""
     head = [
         "# The regime suite",
@@ -580,9 +511,9 @@ def collect(output: Path) -> None:
         " inflated; ratios within one run count.",
         "",
     ]
-    parts = [PARTS / f"{slug(r.key)}.md" for r in REGIMES]
+    parts = [parts_dir / f"{slug(r.key)}.md" for r in REGIMES]
     body = [p.read_text(encoding="utf-8") for p in parts if p.is_file()]
-    output.write_text("\n".join(head + summary() + body), encoding="utf-8")
+    output.write_text("\n".join(head + summary(parts_dir) + body), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from machine import describe
+from _common import describe, script_args
 
 from comoe_opt.evaluator.runs import eval_run, run_many
 from comoe_opt.instance import load_instance, with_overrides
@@ -31,15 +31,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--micro-batches", type=int, default=640, help="decode steps served (0 = all)")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=RESULT)
+    script_args(parser, RESULT)
     args = parser.parse_args(argv)
     instance = load_instance(ROOT / "instances" / "real-gptoss20b.toml")
+    if args.smoke:  # two windows, the smallest sample
+        args.micro_batches, args.jobs = 64, 1
     runs = []
-    for scenarios in (8, 32, 128):
+    for scenarios in (8,) if args.smoke else (8, 32, 128):
         swept = with_overrides(instance, {"policy.balance_scenarios": scenarios})
         runs.append(eval_run(swept, "comoe", args.micro_batches, method="milp (local search)", S=scenarios))
-    swept = with_overrides(instance, {"policy.balance_scenarios": 32})
-    runs.append(eval_run(swept, "comoe-exact", args.micro_batches, method="exact", S=32))
+    if not args.smoke:
+        swept = with_overrides(instance, {"policy.balance_scenarios": 32})
+        runs.append(eval_run(swept, "comoe-exact", args.micro_batches, method="exact", S=32))
     runs.append(eval_run(instance, "eplb-flow", args.micro_batches, method="EPLB + flow routing", S=0))
     rows = run_many(runs, args.jobs)
     lines = [
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", describe(), ""]
     text = "\n".join(lines)
     print(text)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text, encoding="utf-8")
     return 0
 

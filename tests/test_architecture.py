@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import small_table
 
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import simulate
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
 from comoe_opt.planning import rolling_horizon
@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("residency", "mapping"),
     ("formats", "serving"),
     ("planning",),
+    ("replay",),
     ("evaluator",),
     ("bench",),
     ("cli",),
@@ -231,7 +232,7 @@ def test_evaluate_uses_the_placements_solve_rolling_plans(name):
     instance = instance_from_table(small_instance_table(), "small.toml")
     batches = instance_batches(instance)
     strategy = STRATEGIES[name]
-    used = replay(instance, batches, strategy).placements
+    used = simulate(instance, batches, strategy).placements
     planned = list(
         rolling_horizon(
             strategy.planning_instance(instance),
@@ -253,7 +254,7 @@ def test_comoe_plans_what_solve_rolling_prints(cli, tmp_path):
     path = tmp_path / "small.toml"
     path.write_text(tomli_w.dumps(small_instance_table()), encoding="utf-8")
     instance = instance_from_table(small_instance_table(), path)
-    used = replay(instance, instance_batches(instance), STRATEGIES["comoe"]).placements
+    used = simulate(instance, instance_batches(instance), STRATEGIES["comoe"]).placements
     # planned as evaluations plan (work limits, no clock), so the two agree under any load
     rows = cli("solve", path, "--rolling", "--work-limits", "--json").json()["windows"]
     assert len(rows) == len(used) == 4

@@ -5,30 +5,27 @@ from __future__ import annotations
 
 import itertools
 import json
-import types
 
 import numpy as np
 import pytest
 from conftest import small_table
 from scipy.optimize import linprog
 
-from comoe_opt.evaluator import compare as compare_module
-from comoe_opt.evaluator.compare import (
-    CROSSFIT,
-    CompareSettings,
-    compare,
-    crossfit_run,
-    device_loads,
-    peer_points,
-    plan_peer,
-    redundancy_sweep,
-    step_counts,
-)
+from comoe_opt.evaluator.compare import CROSSFIT, CompareSettings, compare
+from comoe_opt.evaluator.frontier import peer_points
+from comoe_opt.evaluator.sweep import redundancy_sweep
 from comoe_opt.instance import instance_from_table
 from comoe_opt.mapping import LayerCosts, MappingProblem, solve_min_cost_flow
 from comoe_opt.mapping.problem import NEVER
+from comoe_opt.replay import Rolling, Window, replay, serve
+from comoe_opt.residency.placement import Placement
 from comoe_opt.trace import instance_batches
-from comoe_opt.trace.batching import windows
+from comoe_opt.trace.batching import step_counts, windows
+
+
+def device_peak(counts: np.ndarray, resident: np.ndarray, routing: str) -> np.ndarray:
+    """[n, L] the busiest device's tokens of counts [n, L, E] on replica map [L, E, C]."""
+    return serve(resident.astype(np.int64), counts, routing).peak
 
 
 def _lp_max_load(counts: np.ndarray, resident: np.ndarray) -> float:
@@ -72,19 +69,30 @@ def test_flow_reaches_the_lp_optimum_in_whole_tokens(seed):
     counts = rng.integers(0, 30, experts)
     counts[0] += 1
     lp = _lp_max_load(counts.astype(float), resident)
-    ours = device_loads(counts[None, None, :], resident[None], "lp")[0, 0].max()
+    ours = device_peak(counts[None, None, :], resident[None], "lp")[0, 0]
     assert ours == pytest.approx(lp, rel=1e-9, abs=1e-9)  # the cut condition is the LP's optimum
     flow = _flow_max_load(counts, resident)
     assert flow == int(np.ceil(lp - 1e-9))  # and the flow its optimum in whole tokens
-    assert device_loads(counts[None, None, :], resident[None], "flow")[0, 0].max() == flow
+    assert device_peak(counts[None, None, :], resident[None], "flow")[0, 0] == flow
 
 
 def test_even_split_by_hand():
-    # expert 0 (5 tokens) on devices 0 and 1: token i to replica i*2//5 -> 3 and 2; expert 1 on 1
+    """formulations/mapping.md, "The even split": an expert's tokens dealt over its slots in turn from
+    its offset among the step's selections (vLLM's position modulo, in expert order)."""
+    from comoe_opt.best_split.even import even_loads
+
+    # expert 0 (5 tokens) on devices 0 and 1: offset 0, slots get 3 and 2; expert 1 (4) on device 1
+    slots = np.array([[[1, 1, 0], [0, 1, 0]]])
+    assert even_loads(np.array([[[5, 4]]]), slots)[0, 0].tolist() == [3, 6, 0]
+    # expert 1 (3 tokens) on devices 1 and 2 after expert 0's 3 selections: offset 3, so its first
+    # slot (device 1) takes positions 4 and its second (device 2) positions 3 and 5
+    slots = np.array([[[1, 0, 0], [0, 1, 1]]])
+    assert even_loads(np.array([[[3, 3]]]), slots)[0, 0].tolist() == [3, 1, 2]
+    # two slots of one expert on one device take two shares
+    slots = np.array([[[2, 1]]])
+    assert even_loads(np.array([[[6]]]), slots)[0, 0].tolist() == [4, 2]
     resident = np.array([[[True, True, False], [False, True, False]]])
-    loads = device_loads(np.array([[[5, 4]]]), resident, "even")
-    assert loads[0, 0].tolist() == [3, 6, 0]
-    assert device_loads(np.array([[[5, 4]]]), resident, "lp")[0, 0].max() == pytest.approx(4.5)
+    assert device_peak(np.array([[[5, 4]]]), resident, "lp")[0, 0] == pytest.approx(4.5)
 
 
 def _instance():
@@ -115,33 +123,33 @@ def test_compare_orders_routings_and_bounds_every_peer():
     assert rows[CROSSFIT, "flow"]["p95"] >= rows["oracle", "flow"]["p95"] - 1e-12
     assert {p.planner for p in peer_points(result)} == set(PEERS)
     # copies per re-plan, recounted from EPLB's own plans: pages resident now and not before
-    eplb = plan_peer(instance, steps, windows(steps.shape[0], instance.policy.window_batches), "eplb")
+    eplb = replay(Rolling(instance, "eplb"), steps, windows(steps.shape[0], instance.policy.window_batches))
     moved = [int((b.resident & ~a.resident).sum()) for a, b in itertools.pairwise(eplb.placements)]
     assert rows["eplb", "even"]["copies_per_replan"] == pytest.approx(np.mean(moved))
+    # window 0 is the warm-up: no row scores it
+    assert result["scored_from"] == instance.policy.window_batches
 
 
-def test_crossfit_never_serves_a_step_with_a_plan_that_saw_it(monkeypatch):
-    """Each plan's id is written into the loads of the steps it serves: no step is served by a plan
-    of a set holding it; every window's two halves plan for each other; a one-step tail window is
-    served by the previous window's plan of its other parity."""
+def test_crossfit_never_serves_a_step_with_a_plan_that_saw_it():
+    """Each plan records the steps it saw and serves only steps it did not see: every window's two
+    halves plan for each other; a one-step tail window is served by the plan in service."""
     steps = np.arange(9, dtype=float)[:, None, None] * np.ones((9, 1, 2))  # step i holds i
     seen: list[set[int]] = []
 
-    def planned_on(instance, counts, limit_s, what):
-        seen.append({int(v) for v in counts[:, 0, 0]})
-        return types.SimpleNamespace(resident=len(seen) - 1)
+    class Recorder:
+        name = "recorder"
 
-    def served(counts, plan_id, routing):
-        return np.full((counts.shape[0], counts.shape[1], 2), float(plan_id))
+        def plan(self, steps: np.ndarray, window: Window, in_service: Placement | None) -> Placement:
+            seen.append({int(v) for v in steps[window.planned_on][:, 0, 0]})
+            return Placement(np.ones((1, 2, 1), dtype=bool))
 
-    monkeypatch.setattr(compare_module, "_exact_on", planned_on)
-    monkeypatch.setattr(compare_module, "device_loads", served)
-    instance = types.SimpleNamespace(hardware=types.SimpleNamespace(chiplets=2))
-    run, loads = crossfit_run(instance, steps, [(0, 4), (4, 8), (8, 9)], None)
-    assert seen == [{0, 2}, {1, 3}, {4, 6}, {5, 7}]
-    plan_of = loads[:, 0, 0].astype(int)
-    assert all(step not in seen[plan] for step, plan in enumerate(plan_of))
-    assert plan_of.tolist() == [1, 0, 1, 0, 3, 2, 3, 2, 3] and len(run.plan_s) == 3
+    run = replay(Recorder(), steps, [(0, 4), (4, 8), (8, 9)], foresight="crossfit")
+    assert seen == [{0, 1, 2, 3}, {4, 6}, {5, 7}]  # window 0 the warm-up, planned on itself
+    served = {int(i): k for k, (idx, _) in enumerate(run.parts) for i in idx}
+    assert sorted(served) == [4, 5, 6, 7, 8]  # window 0 is not scored
+    assert served[5] == 0 and served[7] == 0 and served[4] == 1 and served[6] == 1  # each half by the other's
+    assert served[8] == 2 and run.parts[2][1] is run.placements[1]  # the tail: the plan in service
+    assert len(run.plan_s) == 3 and len(run.copies) == 2
 
 
 def test_redundancy_sweep_holds_more_memory_per_slot():
@@ -159,7 +167,7 @@ def test_cli_compare_on_a_dump_and_user_errors(tmp_path, write_toml, cli):
     table["hardware"].update(capacity_gb=9)
     table["policy"].update(window_batches=4, history_windows=1, all_resident=True, balance_scenarios=4)
     path = write_toml(table)
-    counts = np.random.default_rng(0).integers(0, 5, (8, 3, 8))
+    counts = np.random.default_rng(0).integers(0, 5, (8, 3, 8))  # two windows of 4: one scored
     dump = tmp_path / "dump.npz"
     np.savez(dump, logical_count=counts)
     run = cli(
@@ -207,7 +215,7 @@ def test_lp_routing_peak_is_the_lps_optimum_beyond_enumerated_device_sets(device
     for e in range(experts):
         resident[0, e, rng.choice(devices, size=rng.integers(1, 4), replace=False)] = True
     counts = rng.poisson(3, size=(4, 1, experts))
-    peaks = device_loads(counts, resident, "lp")[:, 0, 0]
+    peaks = device_peak(counts, resident, "lp")[:, 0]
     pairs = np.argwhere(resident[0])  # (expert, device) of every replica; variables: their tokens, then T
     for step, peak in enumerate(peaks):
         served = np.zeros((experts, len(pairs) + 1))
@@ -232,6 +240,6 @@ def test_flow_routing_is_the_min_cost_flow_beyond_enumerated_device_sets(devices
         resident[e, rng.choice(devices, size=rng.integers(1, 4), replace=False)] = True
     counts = rng.poisson(40, size=(3, experts))
     counts[:, 0] += 1500  # one hot expert: its replicas are the bottleneck, not the mean
-    peaks = device_loads(counts[:, None, :], resident[None], "flow")[:, 0, 0]
+    peaks = device_peak(counts[:, None, :], resident[None], "flow")[:, 0]
     for step, peak in enumerate(peaks):
         assert peak == _flow_max_load(counts[step], resident)

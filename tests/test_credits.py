@@ -14,7 +14,7 @@ from comoe_opt.evaluator import runtime as runtime_module
 from comoe_opt.evaluator.claims import AXES, MAP_STRATEGIES, point_table
 from comoe_opt.evaluator.metrics import summarize
 from comoe_opt.evaluator.runs import evaluate_strategy
-from comoe_opt.evaluator.runtime import SampleLog, _Link, replay
+from comoe_opt.evaluator.runtime import SampleLog, _Link, simulate
 from comoe_opt.evaluator.strategies import strategy
 from comoe_opt.instance import instance_from_table, load_instance, with_overrides
 from comoe_opt.residency.heuristics.assign import assign_replicas
@@ -84,7 +84,7 @@ def test_credited_prefetches_land_before_their_layer_is_routed(d2d, monkeypatch)
         original(self, layer, used, routed)
 
     monkeypatch.setattr(runtime_module._Runtime, "_cancel_unused", check)
-    log = replay(instance, instance_batches(instance), strategy("comoe"))
+    log = simulate(instance, instance_batches(instance), strategy("comoe"))
     assert not any(late)
     assert len(seen) == log.prefetch_issued
     if d2d > 1000:  # a fast link lets pages land in time: the test is not empty
@@ -96,8 +96,8 @@ def test_credited_prefetches_land_before_their_layer_is_routed(d2d, monkeypatch)
 def test_without_credits_prefetches_arrive_late_and_tokens_wait():
     instance = _small(50.0)
     batches = instance_batches(instance)
-    free = replay(instance, batches, strategy("no-credits"))
-    credited = replay(instance, batches, strategy("comoe"))
+    free = simulate(instance, batches, strategy("no-credits"))
+    credited = simulate(instance, batches, strategy("comoe"))
     assert free.prefetch_issued > 0 and credited.prefetch_issued == 0
     assert free.latency_ms.max() > credited.latency_ms.max()
 

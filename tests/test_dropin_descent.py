@@ -9,6 +9,7 @@ import pytest
 import comoe_opt
 from comoe_opt.balancers.dropin import rebalance as ep_balance
 from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.best_split.even import slot_replicas
 
 SHAPE = ds.Shape(8, 1, "even")
 
@@ -23,7 +24,7 @@ def _search(
 ) -> ds.MomentSearch:
     plan = comoe_opt.rebalance_experts(steps.sum(axis=0), slots, 4, nodes, SHAPE.gpus, method="eplb")[0]
     w = ds.normalised(steps.transpose(1, 0, 2), SHAPE.gpus)
-    prev = None if previous is None else ds.replica_counts(previous, steps.shape[2], SHAPE.gpus)
+    prev = None if previous is None else slot_replicas(previous, steps.shape[2], SHAPE.gpus)
     shape = ds.Shape(SHAPE.gpus, nodes, "even")
     return ds.MomentSearch(plan, w, shape, prev, 0.002, np.random.default_rng(0))
 
@@ -96,7 +97,7 @@ def test_a_converged_descent_has_no_improving_move_left():
     assert np.all(run.objective < start)
     left = run._candidate_objectives(run._counted(run._neighbourhood(np.arange(3))))
     assert np.all(left.min(axis=1) >= run.objective - 1e-12)
-    assert np.array_equal(ds.replica_counts(run.slots, 32, 8), run.n)
+    assert np.array_equal(slot_replicas(run.slots, 32, 8), run.n)
 
 
 # 32 steps of one layer, 2 GPUs of 2 slots, map in service {0, 1} | {2, 3}. In alternate blocks of
@@ -173,17 +174,17 @@ def test_given_the_map_in_service_a_call_makes_one_pass(monkeypatch):
     steps = _steps(5, steps=96, layers=4)
     in_service = comoe_opt.rebalance_experts(steps[:48].sum(axis=0), 40, 1, 1, 8, history=steps[:48])[0]
     w = ds.normalised(steps.transpose(1, 0, 2), 8)
-    kept = ds.replica_counts(in_service, 32, 8)
+    kept = slot_replicas(in_service, 32, 8)
     shape, moments, halves = ds.Shape(8, 1, "even"), ds.step_moments(w), ds.half_moments(w)
 
     def search() -> np.ndarray:
         call = ep_balance._Call(shape, 40, 1, 1, in_service, kept, 0, None, lambda: False, None, 0.0)
         return ep_balance._search(call, in_service, w, 0.002, moments, None, halves)[0]
 
-    moved = np.maximum(ds.replica_counts(search(), 32, 8) - kept, 0).sum(axis=(1, 2))
+    moved = np.maximum(slot_replicas(search(), 32, 8) - kept, 0).sum(axis=(1, 2))
     assert 0 < moved.max() <= 2 * (1 + ds.EXTRA_MOVES)  # a swap moves two experts, a gift one
     monkeypatch.setattr(ep_balance, "PASSES_GIVEN_PREVIOUS", None)
-    assert np.maximum(ds.replica_counts(search(), 32, 8) - kept, 0).sum() > moved.sum()
+    assert np.maximum(slot_replicas(search(), 32, 8) - kept, 0).sum() > moved.sum()
     # and the whole call does not hang on the clock: a standing clock gives a generous budget's plan
     monkeypatch.undo()
     args = (steps.sum(axis=0), 40, 1, 1, 8)

@@ -11,6 +11,7 @@ from scipy.optimize import linprog
 import comoe_opt
 from comoe_opt.balancers.dropin import search as ds
 from comoe_opt.balancers.dropin.rebalance import RISK, ArgumentError
+from comoe_opt.best_split.even import slot_replicas
 
 NO_LIMIT = 1e9  # seconds: these searches end by themselves (no improving move left)
 
@@ -96,7 +97,7 @@ def test_lp_scores_at_deepseek_v3_gpu_counts_are_the_routing_lps_optimum(gpus):
     plan = np.concatenate([rng.permutation(experts), rng.integers(0, experts, slots - experts)])[None]
     steps = rng.poisson(rng.gamma(0.5, 6.0, size=(4, 1, experts))).astype(float)
     got = ds.scores(plan, ds.normalised(steps.transpose(1, 0, 2), gpus), ds.Shape(gpus, 1, "lp"))[0]
-    resident = ds.replica_counts(plan, experts, gpus)[0] > 0  # [E, G]
+    resident = slot_replicas(plan, experts, gpus)[0] > 0  # [E, G]
     for step, score in enumerate(got):
         mean = steps[step, 0].sum() / gpus
         assert score == pytest.approx(_lp_peak(steps[step, 0], resident) / mean, rel=1e-5)

@@ -26,7 +26,7 @@ from comoe_opt.balancers.engines import (
     vllm_default,
 )
 from comoe_opt.balancers.eplb import deepseek_eplb
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import simulate
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
 from comoe_opt.planning.window import plan_window
@@ -246,7 +246,7 @@ def test_heuristic_plans_the_engines_slots_with_their_map(name):
 
 def test_incremental_engines_start_from_the_map_in_service():
     instance = _replanning_instance()
-    log = replay(instance, instance_batches(instance), STRATEGIES["vllm-default"])
+    log = simulate(instance, instance_batches(instance), STRATEGIES["vllm-default"])
     assert len(log.placements) > 1
     previous = log.placements[0][1].slot_map
     later = log.placements[1][1].slot_map

@@ -10,9 +10,10 @@ from comoe_opt.evaluator.fastmap import _home_or_even
 
 
 def by_definition(home, experts, published, buffered, even):
-    """Expert by expert: no replica → the earliest buffer, else home; `even` splits an expert's
-    (token, rank) pairs in token order into equal blocks over its replicas; else its home replica,
-    or its first."""
+    """Expert by expert: no replica → the earliest buffer, else home; `even` deals an expert's
+    (token, rank) pairs in token order over its replicas from its offset among the micro-batch's
+    selections (the selections of experts with smaller ids: best_split/even.py); else its home
+    replica, or its first."""
     assignment = np.empty_like(experts)
     for e in np.unique(experts):
         rows, ranks = np.nonzero(experts == e)
@@ -21,7 +22,8 @@ def by_definition(home, experts, published, buffered, even):
             finite = np.isfinite(buffered[e]).any()
             assignment[rows, ranks] = int(np.argmin(buffered[e])) if finite else int(home[e])
         elif even and replicas.size > 1:
-            assignment[rows, ranks] = replicas[np.arange(rows.size) * replicas.size // rows.size]
+            offset = int((experts < e).sum())
+            assignment[rows, ranks] = replicas[(offset + np.arange(rows.size)) % replicas.size]
         else:
             assignment[rows, ranks] = home[e] if published[e, home[e]] else replicas[0]
     return assignment

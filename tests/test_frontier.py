@@ -9,18 +9,10 @@ import numpy as np
 from conftest import small_table
 from test_compare import _instance  # compare's small instance: 12 slots for 8 experts
 
-from comoe_opt.evaluator.compare import (
-    CompareSettings,
-    FrontierPoint,
-    beaten_by,
-    compare,
-    frontier,
-    frontier_at,
-    pareto,
-    peer_points,
-    step_counts,
-)
+from comoe_opt.evaluator.compare import CompareSettings, compare
+from comoe_opt.evaluator.frontier import FrontierPoint, beaten_by, frontier, frontier_at, pareto, peer_points
 from comoe_opt.trace import instance_batches
+from comoe_opt.trace.batching import step_counts
 
 
 def point(copies: float, p95: float, name: str = "comoe") -> FrontierPoint:

@@ -10,7 +10,7 @@ import pytest
 from conftest import small_table
 
 from comoe_opt.evaluator.metrics import peer_summary
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import simulate
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table
 from comoe_opt.planning.window import plan_window
@@ -28,7 +28,7 @@ def replanning_table(topology: str = "chiplet") -> dict:
 
 def _replay(table: dict, name: str):
     instance = instance_from_table(table, "small.toml")
-    return instance, replay(instance, instance_batches(instance), STRATEGIES[name])
+    return instance, simulate(instance, instance_batches(instance), STRATEGIES[name])
 
 
 def test_device_copies_run_in_parallel_and_queue_per_device():

@@ -290,7 +290,7 @@ def test_scenarios_lower_the_real_trace_imbalance(traces_dir):
     """On the first 96 GPT-OSS decode steps, CoMoE's P95 token imbalance with balance scenarios
     is below that of planning on the mean load (1.59 against 1.91 when measured)."""
     from comoe_opt.evaluator.metrics import summarize
-    from comoe_opt.evaluator.runtime import replay
+    from comoe_opt.evaluator.runtime import simulate
     from comoe_opt.evaluator.strategies import COMOE
 
     # without the annealing, which is beside the point here and triples the time
@@ -299,6 +299,6 @@ def test_scenarios_lower_the_real_trace_imbalance(traces_dir):
     p95 = {}
     for scenarios in (0, 32):
         swapped = with_overrides(instance, {"policy.balance_scenarios": scenarios})
-        p95[scenarios] = summarize(replay(swapped, batches, COMOE))["token_imbalance_p95"]
+        p95[scenarios] = summarize(simulate(swapped, batches, COMOE))["token_imbalance_p95"]
     assert p95[32] < p95[0] - 0.1
-    assert p95[32] == summarize(replay(instance, batches, COMOE))["token_imbalance_p95"]  # deterministic
+    assert p95[32] == summarize(simulate(instance, batches, COMOE))["token_imbalance_p95"]  # deterministic

@@ -10,7 +10,7 @@ from comoe_opt.evaluator.directory import DirectoryError, ExpertDirectory
 from comoe_opt.evaluator.layer import chiplet_finish, page_loads
 from comoe_opt.evaluator.metrics import summarize
 from comoe_opt.evaluator.runs import evaluate_strategy
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import simulate
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import instance_from_table, with_overrides
 from comoe_opt.trace import instance_batches
@@ -131,7 +131,7 @@ def hand_instance(tmp_path, capacity_gb: float = 2):
 
 def test_metrics_by_hand_all_resident(tmp_path):
     instance = hand_instance(tmp_path)
-    log = replay(instance, instance_batches(instance), STRATEGIES["static"])
+    log = simulate(instance, instance_batches(instance), STRATEGIES["static"])
     # layer 0: expert 0 has 3 tokens (chiplet 0, home block), expert 1 one (chiplet 1)
     # chiplet 0: arrives after 4 token copies (4e-6 ms), runs max(1 ms read, 3 ms compute) = 3 ms
     # latency = 0.5 + 0.1 + (4e-6 + 3) + reduce (4 copies back: 4e-6) ; layer 1 is the mirror image
@@ -154,7 +154,7 @@ def test_metrics_by_hand_with_an_on_demand_load(tmp_path):
     # one page per chiplet: static keeps the most used expert of each layer
     # (layer 0: expert 0 on chiplet 0; layer 1: expert 1 on chiplet 1)
     instance = hand_instance(tmp_path, capacity_gb=1)
-    log = replay(instance, instance_batches(instance), STRATEGIES["static"])
+    log = simulate(instance, instance_batches(instance), STRATEGIES["static"])
     # layer 0: expert 1 (1 token) is loaded on demand to its home, chiplet 1: ready at 1 ms, runs 1 ms
     # chiplet 0 still finishes last: 3 ms of compute
     assert log.latency_ms[0, 0] == pytest.approx(0.6 + 3.0 + 8e-6)
@@ -190,7 +190,7 @@ def test_strategies_keep_the_routed_experts_and_read_only_published_pages(name, 
 
     monkeypatch.setattr("comoe_opt.evaluator.runtime.map_tokens", spy)
     # copies fail half the time: the directory must roll them back, never expose them
-    log = replay(instance, instance_batches(instance), STRATEGIES[name], copy_failure_rate=0.5, seed=2)
+    log = simulate(instance, instance_batches(instance), STRATEGIES[name], copy_failure_rate=0.5, seed=2)
     assert len(seen) == 60 * 3
     for experts, assignment, published, buffered in seen:
         assert assignment.shape == experts.shape
@@ -281,11 +281,11 @@ def test_shared_flow_costs_give_the_same_replay(name, capacity_gb, balance, monk
 
     monkeypatch.setattr(fastmap, "LayerCosts", counting)
     monkeypatch.setattr(fastmap, "_COSTS", OrderedDict())
-    shared = replay(instance, instance_batches(instance), STRATEGIES[name])
+    shared = simulate(instance, instance_batches(instance), STRATEGIES[name])
     shared_builds = len(built)
     monkeypatch.setattr(fastmap, "COSTS_KEPT", 0)
     monkeypatch.setattr(fastmap, "_COSTS", OrderedDict())
-    fresh = replay(instance, instance_batches(instance), STRATEGIES[name])
+    fresh = simulate(instance, instance_batches(instance), STRATEGIES[name])
     assert 0 < shared_builds < len(built) - shared_builds  # the costs were shared
     for field in ("latency_ms", "expert_ms", "balance", "imbalance_tokens", "energy_mj", "load_bytes"):
         assert np.array_equal(getattr(shared, field), getattr(fresh, field)), field

@@ -2,7 +2,7 @@
 over layers by projected subgradient from the LP's prices, and a placement repaired from the
 class counts (formulations/residency.md, "Layer decomposition bound"). `exact` takes the class
 LP's bound and the Lagrangian at its prices (comoe_opt/residency/bounds/decompose.py); this
-driver measured what more the subgradient and the joint MILP give (benchmarks/bench_bounds.py).
+driver measured what more the subgradient and the joint MILP give (benchmarks/studies/bench_bounds.py).
 """
 
 from __future__ import annotations

@@ -8,8 +8,10 @@ from typing import Any
 from comoe_opt.cli.common import names_in
 from comoe_opt.cli.serving import check_redundant, instance_and_steps, ready_figure
 from comoe_opt.errors import ComoeError
-from comoe_opt.evaluator import advice
+from comoe_opt.evaluator import advice, plots
 from comoe_opt.evaluator import compare as cmp
+from comoe_opt.evaluator import frontier as front_
+from comoe_opt.evaluator import sweep as sweep_
 from comoe_opt.schema import plain_number
 from comoe_opt.stats.regime import counts_regime
 from comoe_opt.trace.counts import read_step_counts
@@ -56,26 +58,26 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     regime = counts_regime(steps, instance.costs) if sized else None
     theirs = advice.their_balancer(peers)
     if args.redundant is not None:
-        sweep = cmp.redundancy_sweep(instance, steps, args.redundant, settings)
+        sweep = sweep_.redundancy_sweep(instance, steps, args.redundant, settings)
         if args.figure is not None:
-            cmp.plot_redundancy(sweep, args.figure)
+            plots.plot_redundancy(sweep, args.figure)
         lines = advice.sweep_answer(sweep, theirs, "GB" if sized else "slots", regime)
-        return {**sweep, "answer": lines, "_text": _with_answer(cmp.redundancy_markdown(sweep), lines)}
+        return {**sweep, "answer": lines, "_text": _with_answer(sweep_.redundancy_markdown(sweep), lines)}
     result = cmp.compare(instance, steps, settings)
     if args.figure is not None:
-        cmp.plot_cdf(result, args.figure)
+        plots.plot_cdf(result, args.figure)
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
     shown["_text"] = cmp.markdown(result)
     if args.frontier:
         sweep = {
-            "weights": args.migration_weights or cmp.MIGRATION_WEIGHTS,
-            "move_costs": args.move_costs or cmp.MOVE_COSTS,
+            "weights": args.migration_weights or front_.MIGRATION_WEIGHTS,
+            "move_costs": args.move_costs or front_.MOVE_COSTS,
         }
-        front = cmp.frontier(instance, steps, settings, peers=cmp.peer_points(result), **sweep)
+        front = front_.frontier(instance, steps, settings, peers=front_.peer_points(result), **sweep)
         if args.figure is not None:
-            cmp.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
+            plots.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
         shown["frontier"] = front
-        shown["_text"] += "\n\n" + cmp.frontier_markdown(front)
+        shown["_text"] += "\n\n" + front_.frontier_markdown(front)
     shown["answer"] = advice.table_answer(result, theirs, regime)
     shown["_text"] = _with_answer(shown["_text"], shown["answer"])
     return shown

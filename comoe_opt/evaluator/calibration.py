@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from comoe_opt.evaluator.runtime import replay
+from comoe_opt.evaluator.runtime import simulate
 from comoe_opt.evaluator.strategies import STRATEGIES
 from comoe_opt.instance import Instance, to_table
 from comoe_opt.trace.batching import MicroBatches
@@ -22,7 +22,7 @@ from comoe_opt.trace.batching import MicroBatches
 def static_rest_ms(instance: Instance, batches: MicroBatches) -> float:
     """Static's mean per-layer latency without attention, ms."""
     runtime = dataclasses.replace(instance.runtime, attention_ms=0.0, attention_share=0.0)
-    log = replay(dataclasses.replace(instance, runtime=runtime), batches, STRATEGIES["static"])
+    log = simulate(dataclasses.replace(instance, runtime=runtime), batches, STRATEGIES["static"])
     return float(log.latency_ms.mean())
 
 

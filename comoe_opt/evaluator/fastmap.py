@@ -59,17 +59,17 @@ def map_tokens(
 def _home_or_even(
     home: np.ndarray, experts: np.ndarray, published: np.ndarray, buffered: np.ndarray, even: bool
 ) -> np.ndarray:
-    """`home` and `even` for all experts at once. In token order, the i-th of an expert's n
-    (token, rank) pairs goes to its replica number i·r // n (`even`, r > 1 replicas, replicas in
-    chiplet order) or to its home replica (else its first); an expert with no replica goes to the
-    buffer holding its page (earliest), else to its home (an on-demand load)."""
+    """`home` and `even` for all experts at once. In token order, the i-th of an expert's
+    (token, rank) pairs goes to its replica number (P_e + i) mod r (`even`, r > 1 replicas in
+    chiplet order, P_e the micro-batch's selections of experts before e: the one even split,
+    best_split/even.py) or to its home replica (else its first); an expert with no replica goes to
+    the buffer holding its page (earliest), else to its home (an on-demand load)."""
     flat = experts.ravel()
     order = np.argsort(flat, kind="stable")  # grouped by expert, token order inside a group
     grouped = flat[order]
     count = np.bincount(flat, minlength=published.shape[0])
     start = np.cumsum(count) - count
     position = np.arange(flat.size) - start[grouped]
-    size = count[grouped]
     replicas = published.sum(axis=1)
     by_chiplet = np.argsort(~published, axis=1, kind="stable")  # each expert's replicas first
     experts_all = np.arange(published.shape[0])
@@ -77,8 +77,8 @@ def _home_or_even(
     fallback = np.where(np.isfinite(buffered).any(axis=1), np.argmin(buffered, axis=1), home)
     r = replicas[grouped]
     target = np.where(r == 0, fallback[grouped], first[grouped])
-    if even:
-        spread = by_chiplet[grouped, position * r // size]
+    if even:  # the even split's rule (best_split/even.py): slot (P_e + i) mod r
+        spread = by_chiplet[grouped, (start[grouped] + position) % np.maximum(r, 1)]
         target = np.where(r > 1, spread, target)
     assignment = np.empty_like(flat)
     assignment[order] = target

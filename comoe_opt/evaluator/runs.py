@@ -14,7 +14,7 @@ import numpy as np
 
 from comoe_opt.evaluator.calibration import calibrated
 from comoe_opt.evaluator.metrics import summarize
-from comoe_opt.evaluator.runtime import SampleLog, replay
+from comoe_opt.evaluator.runtime import SampleLog, simulate
 from comoe_opt.evaluator.strategies import strategy as strategy_named
 from comoe_opt.files import atomic_path
 from comoe_opt.instance import FileTrace, Instance, instance_from_table, to_table
@@ -48,7 +48,7 @@ def evaluate_strategy(
         batches = batches.window(0, min(micro_batches, batches.batches))
     instance = calibrated(instance, batches)  # attention from runtime.attention_share, if set
     start = time.perf_counter()
-    log = replay(instance, batches, chosen)
+    log = simulate(instance, batches, chosen)
     if placements_out is not None:
         write_used_placements(placements_out / f"{strategy}.json", instance, strategy, log)
     return {

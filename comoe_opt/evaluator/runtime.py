@@ -1,6 +1,6 @@
 """Two-time-scale runtime: slow loop per window, fast loop per micro-batch and layer.
 
-`replay(instance, batches, strategy)` replays a routed trace: window after
+`simulate(instance, batches, strategy)` serves a routed trace: window after
 window the slow loop plans residency from the statistics it has seen (the
 rolling horizon of `comoe_opt.planning`, the same plans `solve --rolling`
 makes; the first window profiles itself), the directory copies the new
@@ -207,7 +207,7 @@ class _DeviceLinks:
         )
 
 
-def replay(
+def simulate(
     instance: Instance,
     batches: MicroBatches,
     strategy: Strategy,

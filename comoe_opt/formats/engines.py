@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.errors import InputError
 from comoe_opt.instance import ModelShape
 from comoe_opt.jsonio import (
@@ -246,11 +247,8 @@ def read_sglang(
     else:
         rows, _ = with_source(path, lambda: _sglang_model_layers(len(layer_ids), layer_ids, num_rows))
     n = num_logical(table[rows], experts, SGLANG_KEY, path)
-    devices = np.arange(physical) // (physical // chiplets)  # device d owns slots d*S .. d*S+S-1
-    resident = np.zeros((len(rows), n, chiplets), dtype=bool)
-    for i, row in enumerate(rows):
-        resident[i, table[row], devices] = True
-    return Placement(resident)
+    # device d owns slots d*S .. d*S+S-1
+    return Placement(slot_replicas(np.asarray(table)[rows], n, chiplets) > 0)
 
 
 def _sglang_model_layers(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from comoe_opt.best_split.even import slot_of_selection
 from comoe_opt.mapping.makespan import makespan_ticks, mapping_result, no_mapping
 from comoe_opt.mapping.problem import MappingProblem
 from comoe_opt.mapping.report import MappingResult
@@ -83,13 +84,10 @@ def _round_robin(problem: MappingProblem, cand: np.ndarray, count: np.ndarray) -
 
 
 def _even_split(problem: MappingProblem, cand: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The engines' even split, the project's one rule (best_split/even.py)."""
     flat = problem.experts.ravel()
-    demand = np.bincount(flat, minlength=problem.costs.experts)
-    order = np.argsort(flat, kind="stable")  # token order within each expert
-    rank = np.empty(flat.size, dtype=np.int64)
-    rank[order] = np.arange(flat.size) - (np.cumsum(demand) - demand)[flat[order]]
-    block = rank * count[flat] // demand[flat] + flat  # blocks rotate with the expert id, so that
-    return cand[flat, block % count[flat]].reshape(problem.experts.shape)  # remainders spread out
+    slot = slot_of_selection(flat, count)
+    return cand[flat, slot].reshape(problem.experts.shape)
 
 
 def _least_loaded(problem: MappingProblem, cand: np.ndarray, count: np.ndarray) -> np.ndarray:

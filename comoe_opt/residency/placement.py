@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.errors import InputError
 
 
@@ -59,6 +60,15 @@ class Placement:
     def replicas(self) -> np.ndarray:
         """Replica count per logical expert: [layers, experts] int."""
         return self.resident.sum(axis=2)
+
+    def slots(self) -> np.ndarray:
+        """[layers, experts, chiplets] engine slots each chiplet holds of each expert: the planned
+        slot map's where there is one (two slots of one expert on a chiplet take two shares of an
+        even split), else one per resident page."""
+        if self.slot_map is None:
+            return self.resident.astype(np.int64)
+        layers, chiplets, per = self.slot_map.shape
+        return slot_replicas(self.slot_map.reshape(layers, chiplets * per), self.experts, chiplets)
 
     def pages_per_chiplet(self) -> np.ndarray:
         return self.resident.sum(axis=(0, 1))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comoe_opt.balancers.dropin import search
+from comoe_opt.best_split.even import slot_replicas
 
 HELD_BACK = 4  # the newest 1/4 of the history is held back: the replay's plan serves 1/4 of its history
 MIN_STEPS = 8  # fewer steps: no backtest (each side would hold too few steps to rank anything)
@@ -196,4 +197,4 @@ def _held_back(plan: np.ndarray, w: np.ndarray, shape: search.Shape) -> np.ndarr
 def _moves(plan: np.ndarray, shape: search.Shape, prev_n: np.ndarray | None) -> np.ndarray:
     if prev_n is None:
         return np.zeros(plan.shape[0])
-    return search.moved(search.replica_counts(plan, prev_n.shape[1], shape.gpus), prev_n).astype(np.float64)
+    return search.moved(slot_replicas(plan, prev_n.shape[1], shape.gpus), prev_n).astype(np.float64)

@@ -46,6 +46,7 @@ from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
 from comoe_opt.best_split.cut_condition import unit_speed_bottlenecks
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.best_split.pooled import base_pool, pooled_search
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
@@ -223,7 +224,7 @@ def rebalance_experts(
     budget_ns = work_budget(dispatch, layers, num_replicas, num_gpus, scenarios.shape[1])
     work = search.Work(float("inf") if cap is not None else budget_ns * effort)
     w = search.normalised(scenarios, num_gpus)
-    prev_n = None if prev is None else search.replica_counts(prev, experts, num_gpus)
+    prev_n = None if prev is None else slot_replicas(prev, experts, num_gpus)
     if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
         eplb_map = align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes)
     plan, stopped, tested = eplb_map, False, None
@@ -418,8 +419,8 @@ def align_gpus(plan: np.ndarray, previous: np.ndarray, experts: int, gpus: int, 
     EPLB's plan is the same plan under any such relabelling, and an engine moves fewer experts."""
     from scipy.optimize import linear_sum_assignment  # SciPy loads where used
 
-    new = search.replica_counts(plan, experts, gpus)
-    old = search.replica_counts(previous, experts, gpus)
+    new = slot_replicas(plan, experts, gpus)
+    old = slot_replicas(previous, experts, gpus)
     per_gpu, per_node = plan.shape[1] // gpus, gpus // nodes
     out = np.empty_like(plan)
     for layer in range(plan.shape[0]):
@@ -536,7 +537,7 @@ def _exact(
     """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut; None
     when the opt-in clock's deadline passes first (the min cuts are not cut by work: a round's
     result is always checked)."""
-    n = search.replica_counts(plan, w.shape[-1], call.shape.gpus)
+    n = slot_replicas(plan, w.shape[-1], call.shape.gpus)
     values, grown = np.empty(plan.shape[0]), []
     for layer in range(plan.shape[0]):
         if call.expired():
@@ -558,7 +559,7 @@ def _objective(
 ) -> np.ndarray:
     """[layers] what the search minimises: the expected peak (`even`) or the mean best-split
     max/mean (`lp`), plus the moves' price."""
-    n = search.replica_counts(plan, w.shape[-1], shape.gpus)
+    n = slot_replicas(plan, w.shape[-1], shape.gpus)
     if shape.dispatch == "even":
         value = search.expected_peaks(plan, w, shape.gpus, moments)
     else:
@@ -608,8 +609,8 @@ def _report(
     experts = w.shape[-1]
     score = float(search.scores(plan, w, shape).mean())
     eplb_score = float(search.scores(eplb_map, w, shape).mean())
-    moved = int(search.moved(search.replica_counts(plan, experts, shape.gpus), prev_n).sum())
-    eplb_moved = int(search.moved(search.replica_counts(eplb_map, experts, shape.gpus), prev_n).sum())
+    moved = int(search.moved(slot_replicas(plan, experts, shape.gpus), prev_n).sum())
+    eplb_moved = int(search.moved(slot_replicas(eplb_map, experts, shape.gpus), prev_n).sum())
     objective = float(_objective(plan, w, shape, prev_n, 0.0, moments).mean())
     eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0, moments).mean())
     return Report(

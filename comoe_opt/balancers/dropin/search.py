@@ -69,6 +69,7 @@ from comoe_opt.best_split.cut_condition import (
     set_sizes,
     unit_speed_makespans,
 )
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.best_split.pooled import base_pool
 
 CANDIDATES = 96  # moves scored per layer and iteration
@@ -161,15 +162,6 @@ def normalised(steps: np.ndarray, gpus: int) -> np.ndarray:
     return np.divide(steps, total, out=np.zeros_like(steps), where=total > 0)
 
 
-def replica_counts(slots: np.ndarray, experts: int, gpus: int) -> np.ndarray:
-    """[layers, E, G] replicas of each expert on each GPU."""
-    layers, slots_n = slots.shape
-    gpu = np.arange(slots_n) // (slots_n // gpus)
-    n = np.zeros((layers, experts, gpus), dtype=np.int64)
-    np.add.at(n, (np.arange(layers)[:, None], slots, gpu[None, :]), 1)
-    return n
-
-
 def step_mean(spans: np.ndarray) -> np.ndarray:
     """What the search minimises over a layer's steps (the last axis, oldest first): the mean of
     each step's max/mean GPU load raised to `POWER` (above 1, the worst peaks weigh more), each
@@ -191,7 +183,7 @@ def scores(slots: np.ndarray, w: np.ndarray, shape: Shape) -> np.ndarray:
     """[layers, S] each step's max/mean GPU load under the dispatch (`w` normalised)."""
     if shape.dispatch == "even":
         return even_loads(slots, w, shape.gpus).max(axis=-1)
-    n = replica_counts(slots, w.shape[-1], shape.gpus)
+    n = slot_replicas(slots, w.shape[-1], shape.gpus)
     return np.stack([unit_speed_makespans(n[layer] > 0, w[layer]) for layer in range(w.shape[0])])
 
 
@@ -250,8 +242,8 @@ class Search:
         self._keep_steps(w)
         self.per_gpu = slots.shape[1] // shape.gpus
         self.per_node = slots.shape[1] // shape.nodes
-        self.n = replica_counts(self.slots, self.experts, shape.gpus)
-        self.target_n = None if target is None else replica_counts(target, self.experts, shape.gpus)
+        self.n = slot_replicas(self.slots, self.experts, shape.gpus)
+        self.target_n = None if target is None else slot_replicas(target, self.experts, shape.gpus)
         self.prev = prev  # [layers, E, G] or None
         self.move_cost = move_cost
         self.significance = SIGNIFICANCE if significance is None else significance
@@ -1126,7 +1118,7 @@ def expected_peaks(slots: np.ndarray, w: np.ndarray, gpus: int, moments: Moments
     MomentSearch scores it (`moments`: those of `w`, when already at hand)."""
     moments = step_moments(w) if moments is None else moments
     _, experts, steps = moments.dev.shape
-    n = replica_counts(slots, experts, gpus)
+    n = slot_replicas(slots, experts, gpus)
     share = n / np.maximum(n.sum(axis=-1, keepdims=True), 1)  # [L, E, G]
     mu = np.einsum("le,leg->lg", moments.mean, share)
     if steps == 1:

@@ -78,7 +78,7 @@ from comoe_opt.results import Status
 MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them
 MIN_LAYER_S = 0.2  # a Lagrangian layer solve gets at least this long, even past the budget
 # a price step's length relative to the prices' norm (`stepped_lagrangian`); GPT-OSS window 16: the best
-# of the grid in benchmarks/bench_prices.py is 0.58 times the LP prices' norm away from them
+# of the grid in benchmarks/studies/bench_prices.py is 0.58 times the LP prices' norm away from them
 PRICE_STEP = 0.5
 PRICE_STEPS = 20  # ... at most this many (a work limit: without a time limit it still ends)
 

@@ -12,7 +12,7 @@ A solve has one of two budgets:
   and the searches' moves are per layer (policy.anneal_proposals, policy.search_moves), so they
   grow with the instance; the HiGHS counts are per solve.
 
-The phases' order and shares rest on `benchmarks/bench_phases.py` (benchmarks/results/phases.md):
+The phases' order and shares rest on `benchmarks/studies/bench_phases.py` (benchmarks/results/phases.md):
 what each phase gave per second at each shape.
 """
 

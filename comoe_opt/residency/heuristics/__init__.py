@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comoe_opt.balancers.eplb import deepseek_eplb
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.residency.heuristics.assign import assign_replicas
 from comoe_opt.residency.heuristics.fill import fill_spare
 from comoe_opt.residency.placement import Placement
@@ -150,9 +151,7 @@ def eplb(problem: ResidencyProblem) -> Placement:
     # the unscaled counts, as an engine passes them: λ rounds differently in EPLB's float32
     weight = problem.tokens if problem.load_counts is None else problem.load_counts
     phy2log, _, _ = deepseek_eplb(weight, per_layer, groups, nodes, problem.chiplets)
-    device = np.arange(per_layer) // (per_layer // problem.chiplets)
-    resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
-    resident[np.arange(problem.layers)[:, None], phy2log, device[None, :]] = True
+    resident = slot_replicas(phy2log, problem.experts, problem.chiplets) > 0
     # the map as planned: two slots of one expert on a device are one page here, two in the map
     return Placement(resident, slot_map=phy2log.reshape(problem.layers, problem.chiplets, -1))
 

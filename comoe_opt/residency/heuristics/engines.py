@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from comoe_opt.balancers.engines import ENGINE_BALANCERS, ENGINES, INCREMENTAL, PER_STEP
+from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.residency.heuristics import eplb_distinct, eplb_slots, heuristic
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
@@ -34,9 +35,7 @@ def engine_placement(problem: ResidencyProblem, name: str) -> Placement:
     phy2log = ENGINE_BALANCERS[name](*args)[0]
     if name.startswith("ascend") and args[-1] is not None:
         phy2log = ascend_worker_check(np.asarray(args[-1]), phy2log, devices)
-    device = np.arange(per_layer) // (per_layer // devices)
-    resident = np.zeros((problem.layers, problem.experts, devices), dtype=bool)
-    resident[np.arange(problem.layers)[:, None], phy2log, device[None, :]] = True
+    resident = slot_replicas(phy2log, problem.experts, devices) > 0
     return Placement(resident, slot_map=phy2log.reshape(problem.layers, devices, -1))
 
 

@@ -2,35 +2,42 @@
 (`policy.balance_scenario_model`), on regimes of the suite: P95 imbalance under the best routing,
 copies per re-plan, and the smoothing each re-plan's backtest chose (stats/sparse.py).
 
-    .venv/bin/python benchmarks/sparse_scenarios.py [--only A,C]
+    .venv/bin/python benchmarks/studies/sparse_scenarios.py [--only A,C]
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
+
 import argparse
 from collections import Counter
 
-from machine import describe
-from regimes import REGIMES, ROOT
+from _common import REGIMES, ROOT, describe
 
-from comoe_opt.evaluator import compare as cmp
+from comoe_opt.evaluator.frontier import best_point
 from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.planning.window import steps_demand
+from comoe_opt.replay import Rolling, replay
 from comoe_opt.trace import instance_batches
-from comoe_opt.trace.batching import history_span
+from comoe_opt.trace.batching import history_span, step_counts, windows
 
 
 def run(key: str) -> list[str]:
     regime = next(r for r in REGIMES if r.key == key)
     instance = load_instance(regime.path)
-    steps = cmp.step_counts(instance_batches(instance))[: regime.steps]
-    spans = cmp.windows(steps.shape[0], instance.policy.window_batches)
+    steps = step_counts(instance_batches(instance))[: regime.steps]
+    spans = windows(steps.shape[0], instance.policy.window_batches)
     lines = []
     for model in ("steps", "smoothed"):
         chosen = with_overrides(instance, {"policy.balance_scenario_model": model}, "sparse_scenarios")
-        point = cmp.best_point("comoe", "", None, steps, spans, cmp.plan_peer(chosen, steps, spans, "comoe"))
+        run_ = replay(Rolling(chosen, "comoe"), steps, spans, chosen.policy.history_windows)
+        point = best_point("comoe", "", None, steps, run_)
         kappas = (
             Counter(
-                cmp.window_demand_of(chosen, steps[a:b]).smoothing.pseudo_steps  # type: ignore[union-attr]
+                steps_demand(chosen, steps[a:b]).smoothing.pseudo_steps  # type: ignore[union-attr]
                 for a, b in (
                     history_span(spans, w, instance.policy.history_windows) for w in range(len(spans))
                 )

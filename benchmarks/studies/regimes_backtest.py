@@ -10,11 +10,16 @@ timing them. `--check` re-plans the fixed 0.2 on one regime against this script'
 `--collect` writes the table from the results present; `--whole INSTANCE` plans CoMoE on the
 instance's whole trace as the instance sets it.
 
-    .venv/bin/python benchmarks/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C] [--collect]
-    .venv/bin/python benchmarks/regimes_backtest.py --whole instances/real-gptoss20b.toml [--weight 0.2]
+    .venv/bin/python benchmarks/studies/regimes_backtest.py [--only A,C] [--shares 1,0] [--check C]
+        [--collect]; --whole INSTANCE [--weight 0.2] plans CoMoE on an instance's whole trace
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import json
@@ -24,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from machine import describe
-from regimes import PARTS, REGIMES, ROOT, slug
+from _common import REGIMES, RESULTS, ROOT, describe, slug
 
-from comoe_opt.evaluator import compare as cmp
+from comoe_opt.evaluator.frontier import FrontierPoint, best_point, peer_points
 from comoe_opt.instance import Instance, load_instance, with_overrides
 from comoe_opt.planning import backtest
+from comoe_opt.replay import Rolling, replay
 from comoe_opt.trace import instance_batches, load_trace
-from comoe_opt.trace.batching import windows
+from comoe_opt.trace.batching import step_counts, windows
 
 OUT = ROOT / "benchmarks" / "results" / "regimes-backtest"
+PARTS = RESULTS / "regimes"
 FIXED = 0.2  # the weight every regime used before the backtest (set on GPT-OSS)
 
 
@@ -41,7 +47,7 @@ def committed(key: str) -> dict[str, Any]:
     """The suite's points for the regime: each peer's best routing and hindsight."""
     part = json.loads((PARTS / f"{slug(key)}.json").read_text(encoding="utf-8"))
     result = part["compare"]
-    peers = [p for p in cmp.peer_points(result) if p.planner != "comoe"]
+    peers = [p for p in peer_points(result) if p.planner != "comoe"]
     hindsight = next(r["p95"] for r in result["rows"] if r["peer"] == "hindsight")
     return {"steps": result["steps"], "peers": peers, "hindsight": hindsight}
 
@@ -51,10 +57,11 @@ def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) ->
     chosen = with_overrides(instance, overrides, "regimes_backtest")
     spans = windows(steps.shape[0], chosen.policy.window_batches)
     began, cpu = time.perf_counter(), time.process_time()
-    run = cmp.plan_peer(chosen, steps, spans, "comoe")
+    planner = Rolling(chosen, "comoe")
+    run = replay(planner, steps, spans, chosen.policy.history_windows)
     seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu
-    point = cmp.best_point("comoe", "migration_weight", None, steps, spans, run)
-    report = run.weight_report()
+    point = best_point("comoe", "migration_weight", None, steps, run)
+    report = planner.weight_report()
     backtests = len(report["backtests"])
     return {
         "p95": point.p95,
@@ -70,7 +77,7 @@ def planned(instance: Instance, steps: np.ndarray, overrides: dict[str, Any]) ->
     }
 
 
-def verdict(point: dict[str, Any], peers: list[cmp.FrontierPoint], hindsight: float) -> dict[str, Any]:
+def verdict(point: dict[str, Any], peers: list[FrontierPoint], hindsight: float) -> dict[str, Any]:
     best = min(peers, key=lambda p: (p.p95, p.copies))
     beaten = [p.planner for p in peers if point["p95"] <= p.p95 and point["copies"] <= p.copies]
     half = best.p95 - (best.p95 - hindsight) / 2 if hindsight < best.p95 else None
@@ -89,7 +96,7 @@ def run_regime(key: str, shares: tuple[float, ...], path: Path) -> dict[str, Any
     regime = next(r for r in REGIMES if r.key == key)
     points = committed(key)
     instance, trace = load_trace(load_instance(regime.path))
-    steps = cmp.step_counts(instance_batches(instance, trace))[: points["steps"]]
+    steps = step_counts(instance_batches(instance, trace))[: points["steps"]]
     out: dict[str, Any] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     out.update(key=key, instance=str(regime.path.relative_to(ROOT)), steps=points["steps"])
     out["peers"] = [p.__dict__ for p in points["peers"]]
@@ -113,7 +120,7 @@ def check(key: str) -> dict[str, Any]:
     regime = next(r for r in REGIMES if r.key == key)
     saved = json.loads((OUT / f"{slug(key)}.json").read_text(encoding="utf-8"))
     instance, trace = load_trace(load_instance(regime.path))
-    steps = cmp.step_counts(instance_batches(instance, trace))[: saved["steps"]]
+    steps = step_counts(instance_batches(instance, trace))[: saved["steps"]]
     now = planned(instance, steps, {"policy.migration_weight": FIXED})
     pick = ("p95", "copies")
     return {"key": key, "saved": {k: saved["fixed"][k] for k in pick}, "now": {k: now[k] for k in pick}}
@@ -122,7 +129,7 @@ def check(key: str) -> dict[str, Any]:
 def whole_trace(path: Path, overrides: dict[str, Any]) -> dict[str, Any]:
     """CoMoE on every step of an instance's trace, planned as the instance says (or `overrides`)."""
     instance, trace = load_trace(load_instance(path))
-    steps = cmp.step_counts(instance_batches(instance, trace))
+    steps = step_counts(instance_batches(instance, trace))
     load = os.getloadavg()[0]
     return {**planned(instance, steps, overrides), "load": load, "steps": int(steps.shape[0])}
 

@@ -15,12 +15,17 @@ per-scenario makespans z*), then:
 * `at placement`: the same at the placement's own makespans, against the placement's value
   (what the content LP loses to integrality there).
 
-    .venv/bin/python benchmarks/bench_device_columns.py --window 0 --layers 3
-    .venv/bin/python benchmarks/bench_device_columns.py --instance instances/paper-baseline.toml \
+    .venv/bin/python benchmarks/studies/bench_device_columns.py --window 0 --layers 3
+    .venv/bin/python benchmarks/studies/bench_device_columns.py --instance instances/paper-baseline.toml \
         --scenarios 32 --window 0 --layers 2
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import os
@@ -29,18 +34,18 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_certificate import GPTOSS, window_problem
+from _common import GPTOSS, window_problem
+
+from comoe_opt.residency.bounds.decompose import ClassModel, Prices, class_lp_certificate, device_classes
+from comoe_opt.residency.bounds.group_bound import layer_problem, reduced_layer_values, scenario_groups
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.solve import solve
 from studies.device_columns import (
     content_bound,
     layer_data,
     level_bound,
     placement_columns,
 )
-
-from comoe_opt.residency.bounds.decompose import ClassModel, Prices, class_lp_certificate, device_classes
-from comoe_opt.residency.bounds.group_bound import layer_problem, reduced_layer_values, scenario_groups
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.solve import solve
 
 
 def class_layer(

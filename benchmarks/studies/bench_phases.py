@@ -12,11 +12,16 @@ Each case is one JSON file in benchmarks/results/phases/ (so that cases can be r
 time, and by an older checkout with `--label`); `--table` collects them into
 benchmarks/results/phases.md.
 
-    .venv/bin/python benchmarks/bench_phases.py --shapes standin gptoss --scenarios 0 16 32
-    .venv/bin/python benchmarks/bench_phases.py --table
+    .venv/bin/python benchmarks/studies/bench_phases.py --shapes standin gptoss --scenarios 0 16 32
+    .venv/bin/python benchmarks/studies/bench_phases.py --table
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import json
@@ -26,13 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-from machine import describe
+from _common import describe
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
 from comoe_opt.trace import instance_batches
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CASE_DIR = ROOT / "benchmarks" / "results" / "phases"
 RESULT = ROOT / "benchmarks" / "results" / "phases.md"
 STANDIN = ROOT / "instances" / "standin-5x60x8.toml"

@@ -3,20 +3,26 @@ weight as the instance sets it (the backtest) and at 0 (copies free), P95 under 
 copies per re-plan and each window's P95. Measures whether planning on less or more of the past
 closes the gap to hindsight where the load turns (OLMoE's domains, A's topics, Switch-128).
 
-    .venv/bin/python benchmarks/regime_history.py [--only OLMoE,A] [--histories 1,2,4,8]
+    .venv/bin/python benchmarks/studies/regime_history.py [--only OLMoE,A] [--histories 1,2,4,8]
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
+
 import argparse
 
 import numpy as np
-from machine import describe
-from regimes import REGIMES, ROOT
+from _common import REGIMES, ROOT, describe
 
-from comoe_opt.evaluator import compare as cmp
+from comoe_opt.evaluator.frontier import best_point
 from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.replay import Rolling, replay
 from comoe_opt.trace import instance_batches, load_trace
+from comoe_opt.trace.batching import step_counts, windows
 
 OUTPUT = ROOT / "benchmarks" / "results" / "regime-history.md"
 
@@ -24,16 +30,17 @@ OUTPUT = ROOT / "benchmarks" / "results" / "regime-history.md"
 def point(key: str, history: int, weight: float | None) -> str:
     regime = next(r for r in REGIMES if r.key == key)
     instance, trace = load_trace(load_instance(regime.path))
-    steps = cmp.step_counts(instance_batches(instance, trace))[: regime.steps]
+    steps = step_counts(instance_batches(instance, trace))[: regime.steps]
     overrides: dict[str, float] = {"policy.history_windows": history}
     if weight is not None:
         overrides["policy.migration_weight"] = weight
     chosen = with_overrides(instance, overrides, "regime_history")
-    spans = cmp.windows(steps.shape[0], chosen.policy.window_batches)
-    run = cmp.plan_peer(chosen, steps, spans, "comoe")
-    best = cmp.best_point("comoe", "history_windows", history, steps, spans, run)
-    ratio = cmp.per_step_imbalance(cmp.served_loads(steps, spans, run.placements, best.routing))
-    per_window = " ".join(f"{np.percentile(ratio[a:b], 95):.3f}" for a, b in spans)
+    spans = windows(steps.shape[0], chosen.policy.window_batches)
+    run = replay(Rolling(chosen, "comoe"), steps, spans, chosen.policy.history_windows)
+    best = best_point("comoe", "history_windows", history, steps, run)
+    ratio = run.served(steps, best.routing).imbalance  # from window 1 (window 0: the warm-up)
+    first = spans[1][0]
+    per_window = " ".join(f"{np.percentile(ratio[a - first : b - first], 95):.3f}" for a, b in spans[1:])
     setting = "the instance's (backtest)" if weight is None else f"{weight:g}"
     own = " (the instance's)" if history == instance.policy.history_windows else ""
     return f"| {key} | {history}{own} | {setting} | {best.p95:.3f} | {best.copies:.1f} | {per_window} |"
@@ -47,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# CoMoE's history length on the regime suite",
         "",
-        "`benchmarks/regime_history.py`: CoMoE planned with each `policy.history_windows`, at the"
+        "`benchmarks/studies/regime_history.py`: CoMoE planned with each `policy.history_windows`, at the"
         " instance's migration weight (-1: chosen per window by backtest) and at 0, on the suite's"
         " steps (benchmarks/results/regimes.md). P95 of per-(step, layer) max/mean device load under"
         " the best routing; each window's P95 in order.",

@@ -6,10 +6,16 @@ at those prices with the first class's price scaled and the second class's set, 
 class MILP solved on `--seconds` (a layer stopped short gives its dual bound): any prices ≥ 0 give
 a valid bound, so a larger value is a better one.
 
-    .venv/bin/python benchmarks/bench_prices.py --window 16 --scale 1 1.2 --second 0 0.0005 0.001 0.002 0.004
+    .venv/bin/python benchmarks/studies/bench_prices.py --window 16 --scale 1 1.2 \
+        --second 0 0.0005 0.001 0.002 0.004
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import os
@@ -17,7 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_certificate import GPTOSS, window_problem
+from _common import GPTOSS, window_problem
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.bounds.decompose import Prices, class_lp_certificate, lagrangian_value

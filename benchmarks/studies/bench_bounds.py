@@ -15,10 +15,15 @@ the best of all methods' placements when better ("best known"); gaps are against
 incumbent any method found. Writes `benchmarks/results/bounds.md` (one JSON per case beside it,
 so that cases can be run one at a time: `--cases gptoss-0 paper`).
 
-    .venv/bin/python benchmarks/bench_bounds.py [--cases ...] [--exact-limit 60] [--milp-limit 10]
+    .venv/bin/python benchmarks/studies/bench_bounds.py [--cases ...] [--exact-limit 60] [--milp-limit 10]
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import json
@@ -27,8 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine import describe
-from studies.class_decomposition import decompose
+from _common import describe
 
 from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.planning import plan_window
@@ -38,9 +42,10 @@ from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import relative_gap
 from comoe_opt.trace import instance_batches
+from studies.class_decomposition import decompose
 
 ANNEAL_PROPOSALS = 40_000  # per layer, within the exact time limit
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULT = ROOT / "benchmarks" / "results" / "bounds.md"
 CASE_DIR = ROOT / "benchmarks" / "results" / "bounds"
 GPTOSS = ROOT / "instances" / "real-gptoss20b.toml"
@@ -116,8 +121,9 @@ def render(cases: list[dict]) -> str:
     lines = [
         "# Bounds that see integrality: class model and Lagrangian over layers",
         "",
-        '`.venv/bin/python benchmarks/bench_bounds.py` (formulations/residency.md, "Layer decomposition'
-        ' bound"). Gap = (best incumbent − bound) / (best incumbent − constant), the constant being'
+        '`.venv/bin/python benchmarks/studies/bench_bounds.py` (formulations/residency.md, "Layer'
+        ' decomposition bound"). Gap = (best incumbent − bound) / (best incumbent − constant), the'
+        " constant being"
         " every token's least NoP; `own gap` uses the method's own incumbent (for the class rows:"
         " the placement built from the class counts and searched, or the better of `milp`'s and"
         " `exact`'s, which it is given as a start). Times in seconds on a **shared, busy 2-core"

@@ -13,12 +13,17 @@ read. Bound values do not depend on the machine's speed when the groups close; t
 the same layers, the class model's layer value with the co-location rows (colocation.py) on the
 `--colocation` burstiest experts, solved to optimality.
 
-    .venv/bin/python benchmarks/bench_group_bound.py --window 0 --layers 2 --sizes 32 8 1
-    .venv/bin/python benchmarks/bench_group_bound.py --instance instances/paper-baseline.toml \
+    .venv/bin/python benchmarks/studies/bench_group_bound.py --window 0 --layers 2 --sizes 32 8 1
+    .venv/bin/python benchmarks/studies/bench_group_bound.py --instance instances/paper-baseline.toml \
         --scenarios 32 --window 0 --layers 2
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import os
@@ -27,8 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from bench_certificate import GPTOSS, window_problem
-from studies.colocation import add_colocation
+from _common import GPTOSS, window_problem
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import mip_work
@@ -50,6 +54,7 @@ from comoe_opt.residency.objective import score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.solve import solve
+from studies.colocation import add_colocation
 
 
 def group_ceiling(problem, prices: Prices, placement, layer: int, size: int, proposals: int = 4000) -> float:

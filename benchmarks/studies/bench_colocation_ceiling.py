@@ -15,12 +15,17 @@ makespan; the result is a **ceiling** of that relaxation's bound, and `(objectiv
 shows what it sees on its own beside the floor, the class unions and the experts' own sets (the
 busiest unions stand in, from above, for the union and rigid cuts, which are weaker).
 
-    .venv/bin/python benchmarks/bench_colocation_ceiling.py --windows 0 16
-    .venv/bin/python benchmarks/bench_colocation_ceiling.py --instance instances/paper-baseline.toml \
+    .venv/bin/python benchmarks/studies/bench_colocation_ceiling.py --windows 0 16
+    .venv/bin/python benchmarks/studies/bench_colocation_ceiling.py --instance instances/paper-baseline.toml \
         --scenarios 32 --windows 0
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common and studies
 
 import argparse
 import os
@@ -28,7 +33,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from bench_certificate import GPTOSS, window_problem
+from _common import GPTOSS, window_problem
 
 from comoe_opt.best_split.cut_condition import layer_makespans, related_speeds
 from comoe_opt.residency.bounds.decompose import device_classes

@@ -1,0 +1,75 @@
+"""How a placement serves steps of per-expert counts: each (step, layer)'s busiest device.
+
+Three dispatches, the engines' and ours (formulations/mapping.md):
+
+* `even` — an expert's whole tokens dealt over its slots (`best_split/even.py`: vLLM's and
+  SGLang's even dispatch, the one rule of the project);
+* `lp` — SGLang's `lp` dispatch (DeepSeek's LPLB): the LP that minimises the largest device load
+  with fractional tokens, whose optimum is the cut condition over device sets
+  (`best_split/cut_condition.py`: enumerated sets up to 12 devices, parametric min cut beyond);
+* `flow` — our min-cost flow, whole tokens: its optimum is the LP's rounded up (max-flow
+  integrality; tests/test_compare.py checks it against the flow and HiGHS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from comoe_opt.best_split.cut_condition import layer_makespans
+from comoe_opt.best_split.even import even_loads
+from comoe_opt.errors import ComoeError
+
+DISPATCHES = ("even", "lp", "flow")
+
+
+@dataclass(frozen=True)
+class Served:
+    """Per (step, layer): the busiest device's tokens and the mean device's."""
+
+    peak: np.ndarray  # [n, L]
+    mean: np.ndarray  # [n, L]
+
+    @property
+    def imbalance(self) -> np.ndarray:
+        """[n, L] largest over mean device load (1 where a layer has no load)."""
+        return np.where(self.mean > 0, self.peak / np.where(self.mean > 0, self.mean, 1.0), 1.0)
+
+    def balancedness_sglang(self) -> float:
+        """SGLang's: per layer and step, (mean + 1e-5) / (max + 1e-5), averaged."""
+        return float(((self.mean + 1e-5) / (self.peak + 1e-5)).mean())
+
+    def balancedness_vllm(self) -> float:
+        """vLLM's: per step, the layers' summed mean over their summed max, averaged."""
+        return float((self.mean.sum(axis=1) / np.maximum(self.peak.sum(axis=1), 1e-12)).mean())
+
+    @staticmethod
+    def joined(parts: list[Served]) -> Served:
+        if not parts:
+            return Served(np.zeros((0, 0)), np.zeros((0, 0)))
+        return Served(np.concatenate([p.peak for p in parts]), np.concatenate([p.mean for p in parts]))
+
+
+def serve(slots: np.ndarray, counts: np.ndarray, dispatch: str) -> Served:
+    """Steps `counts` [n, L, E] served by a placement's `slots` [L, E, C] (slots each device holds
+    of each expert: `Placement.slots()`) under `dispatch`."""
+    counts = np.asarray(counts, dtype=np.float64)
+    devices = slots.shape[2]
+    mean = counts.sum(axis=2) / devices
+    if dispatch == "even":
+        return Served(even_loads(np.rint(counts), slots).max(axis=2), mean)
+    if dispatch not in DISPATCHES:
+        raise ComoeError(f"unknown dispatch {dispatch!r} (known: {', '.join(DISPATCHES)})")
+    unit = np.ones(devices)
+    resident = slots > 0
+    peak = np.stack(
+        [
+            layer_makespans(counts[:, layer, :, None] * unit, resident[layer])
+            for layer in range(counts.shape[1])
+        ],
+        axis=1,
+    )  # [n, L]
+    if dispatch == "flow":
+        peak = np.ceil(peak - 1e-9)  # whole tokens: the flow's optimum
+    return Served(peak, mean)
