@@ -260,7 +260,7 @@ SAME_MAP = [
     " search stopped on a wall-clock budget (15x EPLB's measured time, 300x for `lp`), so the same"
     " input gave different maps from call to call and from load to load. It now stops on a work"
     " budget sized from the input's shape (`rebalance.work_budget`: moves scored, covariances and cut"
-    " sums counted at a typical machine's cost, `dropin/search.py: NS_*`), never on the clock; the clock"
+    " sums counted at a typical machine's cost, `dropin/config.py: ns_*`), never on the clock; the clock"
     " cap is opt-in (`time_budget_s`). The constants were set so that the work is what the clock"
     " budget allowed on a quiet host (load 0.4-0.6: one full pass with `previous`, 32,200 moves"
     " scored, 34 ms; two without, 64,300, 26 ms): the default makes one pass with `previous` and two"

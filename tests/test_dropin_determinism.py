@@ -9,7 +9,7 @@ import pytest
 
 import comoe_opt
 from comoe_opt.balancers.dropin import rebalance as ep_balance
-from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin.config import Work
 
 
 class Clock:
@@ -76,7 +76,7 @@ def test_opt_in_cap_is_the_only_clock():
         *args, history=steps, time_budget_s=1.0, clock=Clock(3600.0), explain=True
     )[3]
     assert report.stopped_by_time and report.objective <= report.eplb_objective
-    assert ds.Work(10.0).fits(10.0) and not ds.Work(10.0).fits(10.5)
+    assert Work(10.0).fits(10.0) and not Work(10.0).fits(10.5)
 
 
 @pytest.mark.parametrize("effort", [0, -1.0, float("nan"), "1", True])

@@ -9,8 +9,10 @@ import pytest
 from scipy.optimize import linprog
 
 import comoe_opt
-from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin import objective as ds
+from comoe_opt.balancers.dropin.config import DEFAULT
 from comoe_opt.balancers.dropin.rebalance import RISK, ArgumentError
+from comoe_opt.balancers.dropin.starts import risk_pack
 from comoe_opt.best_split.even import slot_replicas
 
 NO_LIMIT = 1e9  # seconds: these searches end by themselves (no improving move left)
@@ -130,10 +132,16 @@ def test_time_budget_on_an_injected_clock():
     # is the search's start, per layer EPLB's packing or the covariance-aware one (whichever
     # scores better), so never worse than EPLB on the objective
     *spent, spent_report = comoe_opt.rebalance_experts(
-        *args, history=steps, time_budget_s=0.5, clock=FakeClock(1.0), explain=True, half_life=ds.HALF_LIFE
+        *args,
+        history=steps,
+        time_budget_s=0.5,
+        clock=FakeClock(1.0),
+        explain=True,
+        half_life=DEFAULT.half_life,
     )
     eplb = comoe_opt.rebalance_experts(*args, method="eplb")
-    packed = ds.risk_pack(eplb[0], ds.step_moments(ds.normalised(steps.transpose(1, 0, 2), 4)), 4, 1, RISK)
+    moments = ds.step_moments(ds.normalised(steps.transpose(1, 0, 2), 4), DEFAULT.half_life)
+    packed = risk_pack(eplb[0], moments, 4, 1, RISK)
     assert spent_report.stopped_by_time and spent_report.objective <= spent_report.eplb_objective
     assert all(
         np.array_equal(row, eplb[0][layer]) or np.array_equal(row, packed[layer])

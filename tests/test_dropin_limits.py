@@ -3,14 +3,18 @@ array is built; and the search's arrays stay bounded where experts or slots are 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import comoe_opt
+from comoe_opt.balancers.dropin import objective as ds
 from comoe_opt.balancers.dropin import rebalance as ep_balance
-from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin.config import DEFAULT
+from comoe_opt.balancers.dropin.even_search import EvenSearch
+from comoe_opt.balancers.dropin.neighbourhood import slot_pairs
 
 
 @pytest.mark.parametrize(
@@ -35,32 +39,33 @@ def _bursty(layers: int, experts: int, steps: int = 40, seed: int = 3) -> np.nda
     return rng.poisson(rng.gamma(0.4, 6.0, size=(steps, layers, experts))).astype(float)
 
 
-def test_covariances_held_a_few_layers_at_a_time_give_the_same_plan(monkeypatch):
+def test_covariances_held_a_few_layers_at_a_time_give_the_same_plan():
     """With room for one layer's pairwise covariances only, every layer's are computed again when
     needed: the same numbers, so the same plan as with all layers held."""
     steps = _bursty(5, 24)
     args = (steps.sum(axis=0), 32, 1, 1, 8)
     held = comoe_opt.rebalance_experts(*args, history=steps, moves=3000)
-    monkeypatch.setattr(ds, "CROSS_BYTES", 8 * 24 * 24)
-    one_room = comoe_opt.rebalance_experts(*args, history=steps, moves=3000)
+    one_room = comoe_opt.rebalance_experts(
+        *args, history=steps, moves=3000, config=replace(DEFAULT, cross_bytes=8 * 24 * 24)
+    )
     for a, b in zip(held, one_room, strict=True):
         assert np.array_equal(a, b)
 
 
-def test_a_node_with_too_many_slots_searches_its_hottest_gpus(monkeypatch):
-    """Past `MAX_NEIGHBOURHOOD` a layer scores only the moves off its hottest GPUs: still a valid
+def test_a_node_with_too_many_slots_searches_its_hottest_gpus():
+    """Past `max_neighbourhood` a layer scores only the moves off its hottest GPUs: still a valid
     plan (every expert placed, the slots per GPU kept) that never scores worse than its start."""
-    monkeypatch.setattr(ds, "MAX_NEIGHBOURHOOD", 200)
+    config = replace(DEFAULT, max_neighbourhood=200)
     steps = _bursty(3, 32)
     weight = steps.sum(axis=0)
-    plan, _, logcnt, report = comoe_opt.rebalance_experts(weight, 48, 1, 1, 8, history=steps, explain=True)
+    plan, _, logcnt, report = comoe_opt.rebalance_experts(
+        weight, 48, 1, 1, 8, history=steps, explain=True, config=config
+    )
     assert (logcnt >= 1).all() and (logcnt.sum(axis=1) == 48).all()
     assert report.objective <= report.eplb_objective + 1e-12
-    search = ds.MomentSearch(
-        plan, ds.normalised(steps.transpose(1, 0, 2), 8), ds.Shape(8, 1, "even"), None, 0.0,
-        np.random.default_rng(0),
-    )  # fmt: skip
-    si, _, hot = search._slot_pairs(np.array([0]))
+    moments = ds.step_moments(ds.normalised(steps.transpose(1, 0, 2), 8), DEFAULT.half_life)
+    search = EvenSearch(plan, moments, ds.Shape(8, 1, "even"), None, 0.0, config=config)
+    si, _, hot = slot_pairs(48, 6, 48, 8, search.mu[0], config.max_neighbourhood)
     assert hot is not None and 0 < hot.sum() < 8
     assert hot[si // 6].all()  # every swap takes a slot off a hot GPU
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import comoe_opt
-from comoe_opt.balancers.dropin import search as ds
+from comoe_opt.balancers.dropin import objective as ds
 from comoe_opt.balancers.dropin.rebalance import align_gpus, keep_in_place
 
 NO_LIMIT = 1e9

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.balancers.dropin import search
+from comoe_opt.balancers.dropin.objective import Shape, moved, scores
 from comoe_opt.best_split.even import slot_replicas
 
 HELD_BACK = 4  # the newest 1/4 of the history is held back: the replay's plan serves 1/4 of its history
@@ -129,7 +129,7 @@ Planner = Callable[[np.ndarray, np.ndarray, Constants, float], np.ndarray]
 def run(
     raw: np.ndarray,
     w: np.ndarray,
-    shape: search.Shape,
+    shape: Shape,
     prev_n: np.ndarray | None,
     options: Sequence[Constants],
     price: float,
@@ -149,7 +149,7 @@ def run(
     old, new = slice(0, steps - held), slice(steps - held, steps)
     each = share / max(len(options), 1)
     plans = [plan(w[:, old], raw[:, old], c, each) for c in options]
-    per_step = [search.scores(p, w[:, new], shape) for p in plans]  # [layers, held] each
+    per_step = [scores(p, w[:, new], shape) for p in plans]  # [layers, held] each
     priced = [
         x.mean(axis=0) + price * _moves(p, shape, prev_n).mean() for p, x in zip(plans, per_step, strict=True)
     ]
@@ -168,9 +168,9 @@ def run(
         stay = _held_back(previous, w[:, new], shape)
         if stay.mean() <= eplb.mean():
             served, kept, lose = stay, lose, kept
-    scores = [float(x.mean()) for x in priced]
+    means = [float(x.mean()) for x in priced]
     return Backtest(
-        held, tuple(options), tuple(scores), options[best], price,
+        held, tuple(options), tuple(means), options[best], price,
         selection_rate(raw), float(served.mean()), float(eplb.mean()),
         tuple(int(i) for i in lose), tuple(int(i) for i in kept),
     )  # fmt: skip
@@ -189,12 +189,12 @@ def _pick(priced: list[np.ndarray]) -> int:
     return best
 
 
-def _held_back(plan: np.ndarray, w: np.ndarray, shape: search.Shape) -> np.ndarray:
+def _held_back(plan: np.ndarray, w: np.ndarray, shape: Shape) -> np.ndarray:
     """[layers] the mean per-step max/mean of `plan` on steps `w` under the dispatch."""
-    return search.scores(plan, w, shape).mean(axis=1)
+    return scores(plan, w, shape).mean(axis=1)
 
 
-def _moves(plan: np.ndarray, shape: search.Shape, prev_n: np.ndarray | None) -> np.ndarray:
+def _moves(plan: np.ndarray, shape: Shape, prev_n: np.ndarray | None) -> np.ndarray:
     if prev_n is None:
         return np.zeros(plan.shape[0])
-    return search.moved(slot_replicas(plan, prev_n.shape[1], shape.gpus), prev_n).astype(np.float64)
+    return moved(slot_replicas(plan, prev_n.shape[1], shape.gpus), prev_n).astype(np.float64)

@@ -8,8 +8,8 @@ it where it calls EPLB. It needs no instance file: devices, slots and loads are 
 * `method="comoe"` (default): per layer the best of EPLB's plan, a covariance-aware packing of
   EPLB's replicas and (given `previous`) the map in service, once moves are paid for (for
   `even`, a re-pack replaces the map in service only if it also scores better on each half of
-  the steps, as every move of the search must: balancers/dropin/search.py); then the
-  local search of balancers/dropin/search.py on what the engine will see: each step's max/mean GPU load
+  the steps, as every move of the search must: balancers/dropin/even_search.py); then the
+  local search (balancers/dropin/search.py) on what the engine will see: each step's max/mean GPU load
   under `dispatch` — `"even"` (the engine splits an expert's tokens evenly over its replicas) or
   `"lp"` (it routes each batch by the best split, as SGLang's `--ep-dispatch-algorithm lp`),
   scored exactly as the slow loop's balance scenarios (the cut condition), recent steps weighing
@@ -35,17 +35,36 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
-from comoe_opt.balancers.dropin import backtest, search
+from comoe_opt.balancers.dropin import backtest
 from comoe_opt.balancers.dropin.backtest import Backtest
+from comoe_opt.balancers.dropin.config import DEFAULT, SearchConfig, Work
+from comoe_opt.balancers.dropin.even_search import EvenSearch
+from comoe_opt.balancers.dropin.lp_search import LpSearch
+from comoe_opt.balancers.dropin.objective import (
+    Moments,
+    Shape,
+    even_loads,
+    expected_peaks,
+    half_moments,
+    half_weights,
+    moved,
+    normalised,
+    peaks_of_loads,
+    scores,
+    step_mean,
+    step_moments,
+    temperatures,
+)
+from comoe_opt.balancers.dropin.starts import risk_pack
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
-from comoe_opt.best_split.cut_condition import unit_speed_bottlenecks
+from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, unit_speed_bottlenecks
 from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.best_split.pooled import base_pool, pooled_search
 from comoe_opt.errors import ComoeError, first_line
@@ -67,8 +86,8 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
 # the best split costs about thirty times more to score
 BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
-# what the budget is counted in (search.Work: model nanoseconds of a typical machine, the
-# host and inputs of search.NS_PER_MOVE): our EPLB port's packing per layer and slot
+# what the budget is counted in (config.Work: model nanoseconds of a typical machine, the
+# host and inputs of SearchConfig.ns_per_move): our EPLB port's packing per layer and slot
 # (1.8-3.8 us measured), and the starts' cost (moments, covariance-aware packing, alignment) per
 # layer, slot, GPU and step (7-17 ns measured), which the `even` budget pays first
 EPLB_NS_PER_SLOT = 3300.0
@@ -80,9 +99,10 @@ MOVE_COST = backtest.MOVE_PRICE  # the default price of a moved expert, in per-s
 # load is least (chosen on GPT-OSS windows 1-32 among 0, 0.674, 1, 1.5 and 2)
 RISK = 1.5
 # given the map in service, the `even` search makes one pass a call (each layer's best confirmed
-# move and up to `EXTRA_MOVES` more) and the next call goes on from there: the moves a call makes do
-# not hang on the clock. Run to the end instead, it moved 0.109 of EPLB's experts on GPT-OSS (2
-# passes: 0.107) against 0.091, for 3.9-4.1% of (step, layer) above 0.97 x EPLB's P95 against 4.2%
+# move and up to `SearchConfig.extra_moves` more) and the next call goes on from there: the moves
+# a call makes do not hang on the clock. Run to the end instead, it moved 0.109 of EPLB's experts
+# on GPT-OSS (2 passes: 0.107) against 0.091, for 3.9-4.1% of (step, layer) above 0.97 x EPLB's
+# P95 against 4.2%
 PASSES_GIVEN_PREVIOUS: int | None = 1
 EXPLAIN_STEPS = 32  # steps the explain report's redundancy check scores per layer
 
@@ -101,7 +121,9 @@ class Report:
     planned_on: str  # "history (S steps)", "weight", or why history was not used
     score: float  # mean over layers and steps of the planned max/mean GPU load under `dispatch`
     eplb_score: float  # EPLB's plan, scored the same way
-    objective: float  # what the search minimised, mean over layers (`even`: the expected peak)
+    # what the search minimised, mean over layers (`even`: the expected peak), on the steps as
+    # given (unsmoothed), weighted with the half-life it planned with
+    objective: float
     eplb_objective: float  # EPLB's plan, kept in place, on the same objective
     moved: int  # experts copied to a GPU that did not hold them, relative to `previous` (0 without)
     eplb_moved: int  # EPLB's plan, kept in place the same way
@@ -162,6 +184,7 @@ def rebalance_experts(
     seed: int = 0,
     explain: bool = False,
     clock: Callable[[], float] = time.perf_counter,
+    config: SearchConfig = DEFAULT,
 ) -> tuple[Any, ...]:
     """(phy2log, log2phy, logcnt) as DeepSeek EPLB returns them (int64), for loads `weight`
     [layers, experts]: numpy arrays, or torch tensors on `weight`'s device when given tensors;
@@ -217,25 +240,25 @@ def rebalance_experts(
     steps, planned_on = _history(history, load.shape)
     prev = _previous(previous, layers, num_replicas, experts)
     hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
-    shape = search.Shape(num_gpus, num_nodes if hierarchical else 1, dispatch)
+    shape = Shape(num_gpus, num_nodes if hierarchical else 1, dispatch)
     eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     eplb_map = eplb_out[0]
     scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
     budget_ns = work_budget(dispatch, layers, num_replicas, num_gpus, scenarios.shape[1])
-    work = search.Work(float("inf") if cap is not None else budget_ns * effort)
-    w = search.normalised(scenarios, num_gpus)
+    work = Work(float("inf") if cap is not None else budget_ns * effort)
+    w = normalised(scenarios, num_gpus)
     prev_n = None if prev is None else slot_replicas(prev, experts, num_gpus)
     if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
         eplb_map = align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes)
-    plan, stopped, tested = eplb_map, False, None
-    moments = search.step_moments(w) if dispatch == "even" and explain else None
+    plan, stopped, tested, life_used = eplb_map, False, None, config.half_life
     if method == "comoe":
         expired, left = _clock_cap(clock, began, budget)
         call = _Call(
-            shape, num_replicas, num_groups, num_nodes, prev, prev_n, seed, cap, expired, left, budget_ns
-        )
+            shape, num_replicas, num_groups, num_nodes, prev, prev_n, seed, cap, expired, left,
+            budget_ns, config,
+        )  # fmt: skip
         raw = None if steps is None else steps.transpose(1, 0, 2)
-        plan, stopped, tested = _plan_comoe(
+        plan, stopped, tested, life_used = _plan_comoe(
             call, eplb_map, w, raw, (move_cost, life, smooth), calibrate, work
         )
     if prev is not None:
@@ -244,8 +267,9 @@ def rebalance_experts(
     if plan is eplb_out[0]:  # EPLB's own arrays, its log2phy order included
         out = eplb_out
     if explain:
+        seconds = clock() - began
         report = _report(
-            method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, clock() - began, moments
+            method, dispatch, planned_on, plan, eplb_map, w, shape, prev_n, stopped, seconds, life_used
         )
         by_work = stopped and work.spent
         report = _replace(report, stopped_by_time=stopped and not by_work, stopped_by_work=by_work)
@@ -260,7 +284,7 @@ class _Call:
     """What every part of one call's search shares: its validated shape and arguments, the map
     in service, and the opt-in clock."""
 
-    shape: search.Shape
+    shape: Shape
     replicas: int
     groups: int
     nodes: int
@@ -271,10 +295,11 @@ class _Call:
     expired: Callable[[], bool]  # whether the opt-in clock's cap has passed
     left: Callable[[], float] | None  # seconds left of it (None: no clock)
     budget_ns: float  # the default work budget of the input's shape (`work_budget`)
+    config: SearchConfig  # the search's knobs (a backtested half-life replaces the default's)
 
-    def work(self, share: float) -> search.Work:
+    def work(self, share: float) -> Work:
         """A search's work budget: `share` of the default, or none when `cap` is given."""
-        return search.Work(float("inf") if self.cap is not None else self.budget_ns * share)
+        return Work(float("inf") if self.cap is not None else self.budget_ns * share)
 
     def eplb_of(self, raw: np.ndarray) -> np.ndarray:
         """EPLB's plan of raw steps [layers, S, E] (their sum), aligned to the map in service."""
@@ -291,11 +316,12 @@ def _plan_comoe(
     raw: np.ndarray | None,
     fixed: tuple[float | None, float | str | None, bool | None],
     calibrate: bool,
-    work: search.Work,
-) -> tuple[np.ndarray, bool, Backtest | None]:
-    """(plan, whether cut short, the backtest when run): the search from the best start with the
-    constants given (`fixed`: move cost, half-life, smoothing), the others backtested on `raw`
-    when `calibrate`, else their defaults; layers the backtest kept as EPLB's or in service stay."""
+    work: Work,
+) -> tuple[np.ndarray, bool, Backtest | None, float | None]:
+    """(plan, whether cut short, the backtest when run, the half-life planned with): the search
+    from the best start with the constants given (`fixed`: move cost, half-life, smoothing), the
+    others backtested on `raw` when `calibrate`, else their defaults; layers the backtest kept as
+    EPLB's or in service stay."""
     options = backtest.candidates(w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed)
 
     def planner(w_: np.ndarray, raw_: np.ndarray | None, c: backtest.Constants, share: float) -> np.ndarray:
@@ -315,11 +341,11 @@ def _plan_comoe(
         plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
         if call.prev is not None:
             plan[list(tested.kept_layers)] = call.prev[list(tested.kept_layers)]
-    return plan, stopped, tested
+    return plan, stopped, tested, chosen.half_life
 
 
 def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int) -> float:
-    """The search's default work budget (search.Work), from the input's shape alone:
+    """The search's default work budget (config.Work), from the input's shape alone:
     `BUDGET_TIMES_EPLB` times EPLB's packing at `EPLB_NS_PER_SLOT`, less (for `even`) the starts'
     cost at `START_NS_PER_CELL`. The search's first batch of moves runs whatever the budget."""
     budget = BUDGET_TIMES_EPLB[dispatch] * EPLB_NS_PER_SLOT * layers * replicas
@@ -334,23 +360,26 @@ def _comoe(
     w: np.ndarray,
     raw: np.ndarray | None,
     c: backtest.Constants,
-    work: search.Work,
+    work: Work,
 ) -> tuple[np.ndarray, bool]:
     """(plan, whether cut short) of the search on normalised steps `w` [layers, S, E] (`raw`: their
     counts, for the smoothing) with constants `c`, from the best of its starts."""
     experts, shape, prev = w.shape[-1], call.shape, call.prev
+    config = replace(call.config, half_life=c.half_life)
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
-    with search.half_life(c.half_life):
-        moments = search.step_moments(w) if shape.dispatch == "even" else None
-        packed = search.risk_pack(eplb_map, moments or search.step_moments(w), shape.gpus, shape.nodes, RISK)
-        if prev is not None:
-            packed = align_gpus(packed, prev, experts, shape.gpus, shape.nodes)
-        starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
-        # given the map in service, a move off it must lower the objective on each half of the steps
-        halves = search.half_moments(w) if shape.dispatch == "even" and prev is not None else None
-        start = _best_start(starts, w, shape, call.prev_n, c.move_cost, moments, halves)
-        return _search(call, start, w, c.move_cost, moments, packed, halves, work)
+    all_moments = step_moments(w, config.half_life)
+    moments = all_moments if shape.dispatch == "even" else None
+    packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
+    if prev is not None:
+        packed = align_gpus(packed, prev, experts, shape.gpus, shape.nodes)
+    starts = [eplb_map, packed] if prev is None else [prev, eplb_map, packed]
+    # given the map in service, a move off it must lower the objective on each half of the steps
+    halves = None
+    if shape.dispatch == "even" and prev is not None:
+        halves = half_moments(w, config.cross_block, config.half_life)
+    start = _best_start(starts, w, shape, call.prev_n, c.move_cost, moments, config, halves)
+    return _search(call, config, start, w, c.move_cost, moments, packed, halves, work)
 
 
 def _half_life(value: Any) -> float | str | None:
@@ -438,60 +467,62 @@ def align_gpus(plan: np.ndarray, previous: np.ndarray, experts: int, gpus: int, 
 
 def _search(
     call: _Call,
+    config: SearchConfig,
     start: np.ndarray,
     w: np.ndarray,
     move_cost: float,
-    moments: search.Moments | None = None,
+    moments: Moments | None = None,
     target: np.ndarray | None = None,
-    halves: tuple[search.Moments, search.Moments] | None = None,
-    work: search.Work | None = None,
+    halves: tuple[Moments, Moments] | None = None,
+    work: Work | None = None,
 ) -> tuple[np.ndarray, bool]:
     """(plan, whether the work budget or the opt-in clock cut the search short)."""
     shape, prev_n, cap, expired = call.shape, call.prev_n, call.cap, call.expired
     rng = np.random.default_rng(call.seed)
-    work = search.Work() if work is None else work
-    iterations = None if cap is None else -(-cap // search.CANDIDATES)
-    if shape.dispatch == "even" or shape.gpus <= search.MAX_ENUMERATED_CHIPLETS:
-        if shape.dispatch == "even":
-            moment_run = search.MomentSearch(
-                start, w, shape, prev_n, move_cost, rng, moments=moments, halves=halves
-            )
-            moment_run.work = work
-            passes = None if cap is None else -(-cap // moment_run.neighbourhood_size())
-            if passes is None and prev_n is not None:
-                passes = PASSES_GIVEN_PREVIOUS
-            run: search.Search = moment_run
-            stopped = moment_run.descend(expired, passes, call.left)
-        else:
-            run = search.Search(start, w, shape, prev_n, move_cost, rng, target=target)
-            run.work = work
-            stopped = run.run(expired, iterations)
-        plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
-        if shape.dispatch == "even":  # its moments are updated exactly (float64): only strict gains
-            worse = changed[run.objective[changed] > run.start_objective[changed]]
-            plan[worse] = start[worse]
-        elif changed.size:  # lp scores candidates in float32: keep a start where float64 disagrees
-            sub = None if prev_n is None else prev_n[changed]
-            new = _objective(plan[changed], w[changed], shape, sub, move_cost, None)
-            worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost, None)]
-            plan[worse] = start[worse]
+    work = Work() if work is None else work
+    iterations = None if cap is None else -(-cap // config.candidates)
+    if shape.dispatch == "even":
+        assert moments is not None
+        run_even = EvenSearch(
+            start, moments, shape, prev_n, move_cost, config=config, work=work, halves=halves
+        )
+        passes = None if cap is None else -(-cap // run_even.neighbourhood_size())
+        if passes is None and prev_n is not None:
+            passes = PASSES_GIVEN_PREVIOUS
+        stopped = run_even.descend(expired, passes, call.left)
+        # its moments are updated exactly (float64): only strict gains
+        plan, changed = run_even.slots.copy(), np.flatnonzero((run_even.slots != start).any(axis=1))
+        worse = changed[run_even.objective[changed] > run_even.start_objective[changed]]
+        plan[worse] = start[worse]
         return plan, stopped
-    return _pooled_search(call, start, w, move_cost, rng, iterations, work)
+    if shape.gpus > MAX_ENUMERATED_CHIPLETS:
+        return _pooled_search(call, config, start, w, move_cost, rng, iterations, work)
+    run = LpSearch(start, w, shape, prev_n, move_cost, rng, config=config, work=work, target=target)
+    stopped = run.run(expired, iterations)
+    plan, changed = run.slots.copy(), np.flatnonzero((run.slots != start).any(axis=1))
+    if changed.size:  # candidates are scored in float32: keep a start where float64 disagrees
+        sub = None if prev_n is None else prev_n[changed]
+        life = config.half_life
+        new = _objective(plan[changed], w[changed], shape, sub, move_cost, None, life)
+        worse = changed[new > _objective(start[changed], w[changed], shape, sub, move_cost, None, life)]
+        plan[worse] = start[worse]
+    return plan, stopped
 
 
 def _pooled_search(
     call: _Call,
+    config: SearchConfig,
     start: np.ndarray,
     w: np.ndarray,
     move_cost: float,
     rng: np.random.Generator,
     iterations: int | None,
-    work: search.Work,
+    work: Work,
 ) -> tuple[np.ndarray, bool]:
     """`lp` on more GPUs than can be enumerated: best_split/pooled.py's rounds over every layer
     at once, each round's result kept per layer only where it is exactly better, so the plan is
     never worse, exactly, than `start`."""
-    return pooled_search(_LpRounds(call, w, move_cost, rng, iterations, work), start.copy())
+    return pooled_search(_LpRounds(call, config, w, move_cost, rng, iterations, work), start.copy())
 
 
 @dataclass
@@ -500,23 +531,25 @@ class _LpRounds:
     tolerance, a round cut short by the work budget or the clock not checked."""
 
     call: _Call
+    config: SearchConfig
     w: np.ndarray
     move_cost: float
     rng: np.random.Generator
     iterations: int | None
-    work: search.Work
+    work: Work
     check_cut_short: bool = False
 
     def exact(
         self, plan: np.ndarray, pools: list[np.ndarray] | None
     ) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        return _exact(self.call, plan, self.w, self.move_cost, pools)
+        return _exact(self.call, plan, self.w, self.move_cost, pools, self.config.half_life)
 
     def search(self, plan: np.ndarray, pools: list[np.ndarray]) -> tuple[np.ndarray, bool]:
-        run = search.Search(
-            plan, self.w, self.call.shape, self.call.prev_n, self.move_cost, self.rng, pools=pools
-        )
-        run.work = self.work
+        call = self.call
+        run = LpSearch(
+            plan, self.w, call.shape, call.prev_n, self.move_cost, self.rng,
+            config=self.config, work=self.work, pools=pools,
+        )  # fmt: skip
         cut_short = run.run(self.call.expired, self.iterations)
         return run.slots, cut_short
 
@@ -532,7 +565,12 @@ class _LpRounds:
 
 
 def _exact(
-    call: _Call, plan: np.ndarray, w: np.ndarray, move_cost: float, pools: list[np.ndarray] | None
+    call: _Call,
+    plan: np.ndarray,
+    w: np.ndarray,
+    move_cost: float,
+    pools: list[np.ndarray] | None,
+    half_life: float | None,
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """(objective per layer, pools grown by each step's bottleneck) for `lp` by min cut; None
     when the opt-in clock's deadline passes first (the min cuts are not cut by work: a round's
@@ -543,51 +581,54 @@ def _exact(
         if call.expired():
             return None
         spans, masks = unit_speed_bottlenecks(n[layer] > 0, w[layer])
-        values[layer] = search.step_mean(spans)
+        values[layer] = step_mean(spans, half_life)
         base = base_pool(call.shape.gpus) if pools is None else pools[layer]
         grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))
-    return values + move_cost * search.moved(n, call.prev_n), grown
+    return values + move_cost * moved(n, call.prev_n), grown
 
 
 def _objective(
     plan: np.ndarray,
     w: np.ndarray,
-    shape: search.Shape,
+    shape: Shape,
     prev_n: np.ndarray | None,
     move_cost: float,
-    moments: search.Moments | None = None,
+    moments: Moments | None,
+    half_life: float | None,
 ) -> np.ndarray:
-    """[layers] what the search minimises: the expected peak (`even`) or the mean best-split
-    max/mean (`lp`), plus the moves' price."""
+    """[layers] what the search minimises: the expected peak (`even`, on `moments` when at hand)
+    or the mean best-split max/mean (`lp`), steps weighted with `half_life`, plus the moves' price."""
     n = slot_replicas(plan, w.shape[-1], shape.gpus)
     if shape.dispatch == "even":
-        value = search.expected_peaks(plan, w, shape.gpus, moments)
+        value = expected_peaks(plan, w, shape.gpus, moments or step_moments(w, half_life))
     else:
-        value = search.step_mean(search.scores(plan, w, shape))
-    return value + move_cost * search.moved(n, prev_n)
+        value = step_mean(scores(plan, w, shape), half_life)
+    return value + move_cost * moved(n, prev_n)
 
 
 def _best_start(
     starts: list[np.ndarray],
     w: np.ndarray,
-    shape: search.Shape,
+    shape: Shape,
     prev_n: np.ndarray | None,
     move_cost: float,
-    moments: search.Moments | None,
-    halves: tuple[search.Moments, search.Moments] | None = None,
+    moments: Moments | None,
+    config: SearchConfig,
+    halves: tuple[Moments, Moments] | None = None,
 ) -> np.ndarray:
     """Per layer, the start that scores best once its moves are paid for (the first on ties);
     with `halves`, a start other than the first (the map in service) only where it also scores
     better than the first on each half of the steps, before its moves' price."""
     if len(starts) == 1:
         return starts[0]
-    values = np.stack([_objective(plan, w, shape, prev_n, move_cost, moments) for plan in starts])
-    weights = None if halves is None else search.half_weights(w.shape[1])
+    life = config.half_life
+    values = np.stack([_objective(plan, w, shape, prev_n, move_cost, moments, life) for plan in starts])
+    weights = None if halves is None else half_weights(w.shape[1], config.cross_block, life)
     if halves is not None and weights is not None:
-        loads = [search.even_loads(plan, w, shape.gpus) for plan in starts]  # each step's, once
+        loads = [even_loads(plan, w, shape.gpus) for plan in starts]  # each step's, once
         for half, p in zip(halves, weights, strict=True):
-            t = search.temperatures(half, shape.gpus)
-            on_half = np.stack([search.peaks_of_loads(plan_loads, p, t) for plan_loads in loads])
+            t = temperatures(half, shape.gpus)
+            on_half = np.stack([peaks_of_loads(plan_loads, p, t) for plan_loads in loads])
             values[1:][on_half[1:] >= on_half[0]] = np.inf
     pick = values.argmin(axis=0)
     return np.stack(starts)[pick, np.arange(pick.size)]
@@ -600,21 +641,23 @@ def _report(
     plan: np.ndarray,
     eplb_map: np.ndarray,
     w: np.ndarray,
-    shape: search.Shape,
+    shape: Shape,
     prev_n: np.ndarray | None,
     stopped: bool,
     seconds: float,
-    moments: search.Moments | None,
+    half_life: float | None,
 ) -> Report:
+    """The report, its objectives with the steps weighted as the search weighed them."""
     experts = w.shape[-1]
-    score = float(search.scores(plan, w, shape).mean())
-    eplb_score = float(search.scores(eplb_map, w, shape).mean())
-    moved = int(search.moved(slot_replicas(plan, experts, shape.gpus), prev_n).sum())
-    eplb_moved = int(search.moved(slot_replicas(eplb_map, experts, shape.gpus), prev_n).sum())
-    objective = float(_objective(plan, w, shape, prev_n, 0.0, moments).mean())
-    eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0, moments).mean())
+    moments = step_moments(w, half_life) if shape.dispatch == "even" else None
+    score = float(scores(plan, w, shape).mean())
+    eplb_score = float(scores(eplb_map, w, shape).mean())
+    ours_moved = int(moved(slot_replicas(plan, experts, shape.gpus), prev_n).sum())
+    eplb_moved = int(moved(slot_replicas(eplb_map, experts, shape.gpus), prev_n).sum())
+    objective = float(_objective(plan, w, shape, prev_n, 0.0, moments, half_life).mean())
+    eplb_objective = float(_objective(eplb_map, w, shape, prev_n, 0.0, moments, half_life).mean())
     return Report(
-        method, dispatch, planned_on, score, eplb_score, objective, eplb_objective, moved, eplb_moved,
+        method, dispatch, planned_on, score, eplb_score, objective, eplb_objective, ours_moved, eplb_moved,
         None, None, stopped, seconds,
     )  # fmt: skip
 
@@ -626,7 +669,7 @@ def _with_redundancy(
     replicas: int,
     groups: int,
     nodes: int,
-    shape: search.Shape,
+    shape: Shape,
 ) -> Report:
     """The report with what EPLB's redundant slots buy on the steps (at most `EXPLAIN_STEPS` per
     layer) under the dispatch, against EPLB with one slot per expert, and two standard errors."""
@@ -641,8 +684,8 @@ def _with_redundancy(
     pick = np.unique(
         np.linspace(0, scenarios.shape[1] - 1, min(EXPLAIN_STEPS, scenarios.shape[1])).astype(int)
     )
-    w = search.normalised(scenarios[:, pick], shape.gpus)
-    with_spare, without = search.scores(full, w, shape).ravel(), search.scores(lean, w, shape).ravel()
+    w = normalised(scenarios[:, pick], shape.gpus)
+    with_spare, without = scores(full, w, shape).ravel(), scores(lean, w, shape).ravel()
     diff, base = without - with_spare, float(without.mean())
     noise = 2.0 * float(diff.std(ddof=1)) / np.sqrt(diff.size) if diff.size > 1 else float("inf")
     gain = float(diff.mean()) / base if base > 0 else 0.0
@@ -650,8 +693,6 @@ def _with_redundancy(
 
 
 def _replace(report: Report, **changes: Any) -> Report:
-    from dataclasses import replace
-
     return replace(report, **changes)
 
 
