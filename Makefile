@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test docs bench calibrate clean
+.PHONY: run test docs bench bench-long calibrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,11 +24,16 @@ test: $(STAMP)
 docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
 	$(BIN)/python -m comoe_opt.docs docs/instances.md
 
-# every benchmark script; each writes its table to benchmarks/results/ with the machine it ran on
+# every top-level benchmark script is in one of the two lists or is `calibrate`'s (a test checks);
+# each writes its table to benchmarks/results/ with the machine it ran on
 BENCHMARKS := bench_tracegen bench_mapping bench_residency bench_scenarios bench_runner real_trace scenario_sampling
+LONG_BENCHMARKS := bench_dropin bench_certificate regimes regime_map
 
-bench: $(STAMP)
+bench: $(STAMP)  # the quick ones: about half an hour on two cores
 	set -e; for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
+
+bench-long: $(STAMP)  # the long studies: several hours on two cores
+	set -e; for b in $(LONG_BENCHMARKS); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done
 
 calibrate: $(STAMP)  # the paper baseline's one calibration, on the static strategy
 	$(BIN)/python benchmarks/calibrate_static.py

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +30,12 @@ REGIMES_DIR = ROOT / "instances" / "regimes"
 
 
 def describe() -> str:
-    """One line: date, commit, cores, CPU, Python and NumPy versions."""
-    return f"Date {dt.date.today().isoformat()}; commit {commit()}; {machine()}; NumPy {np.__version__}."
+    """One line: the command that ran, date, commit, cores, CPU, Python and NumPy versions."""
+    script = Path(sys.argv[0]).resolve()
+    shown = script.relative_to(ROOT) if script.is_relative_to(ROOT) else script
+    command = " ".join([".venv/bin/python", str(shown), *sys.argv[1:]])
+    when = dt.date.today().isoformat()
+    return f"Command `{command}`. Date {when}; commit {commit()}; {machine()}; NumPy {np.__version__}."
 
 
 def script_args(parser: argparse.ArgumentParser, result: Path) -> None:

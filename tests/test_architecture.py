@@ -58,6 +58,21 @@ LAYERS: list[tuple[str, ...]] = [
     ("cli",),
 ]
 PEERS_APART = {("residency", "mapping"), ("mapping", "residency")}
+# residency/'s own order, lowest first: a module imports its own unit's modules and lower units only
+RESIDENCY_ORDER = (
+    "placement",
+    "problem",
+    "schedule",
+    "objective",
+    "models",
+    "search",
+    "bounds",
+    "report",
+    "heuristics",
+    "exact",
+    "methods",
+    "solve",
+)
 NO_SOLVER = ("trace", "stats")
 SOLVERS = (
     "pyomo",
@@ -80,13 +95,34 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def _root_names() -> dict[str, str]:
+    """Each name the package root re-exports, and the module it comes from."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    return {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """Every module `path` imports (absolute names; `from pkg import sub` resolves to pkg.sub)."""
+    return imports_of(path.read_text(encoding="utf-8"), name, path.name == "__init__.py", known)
+
+
+def imports_of(source: str, name: str, is_package: bool, known: set[str]) -> set[str]:
+    """Every module `source` (module `name`) imports, absolute: `from pkg import sub` resolves to
+    pkg.sub; a name taken from the package root to the module the root takes it from;
+    `importlib.import_module` with a literal to that module, and with a computed name to every
+    module named in the file's strings ("?dynamic" when it names none: a test fails on it)."""
     out: set[str] = set()
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    root = _root_names()
+    tree = ast.parse(source)
+    bare_root = False
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
+            bare_root |= any(alias.name == "comoe_opt" for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -95,8 +131,41 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                out.add(full if full in known else base)
+                if full in known:
+                    out.add(full)
+                elif base == "comoe_opt" and alias.name in root:
+                    out.add(root[alias.name])
+                else:
+                    out.add(base)
+        elif isinstance(node, ast.Call) and _is_import_module(node.func):
+            out.update(_dynamic_targets(node, tree, known))
+    if bare_root:  # `import comoe_opt` then `comoe_opt.rebalance_experts(...)`
+        for node in ast.walk(tree):
+            named = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if named and node.value.id == "comoe_opt" and node.attr in root:  # type: ignore[attr-defined]
+                out.add(root[node.attr])  # type: ignore[attr-defined]
     return out
+
+
+def _is_import_module(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Attribute) and func.attr == "import_module") or (
+        isinstance(func, ast.Name) and func.id == "import_module"
+    )
+
+
+def _dynamic_targets(call: ast.Call, tree: ast.Module, known: set[str]) -> set[str]:
+    arg = call.args[0] if call.args else None
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return {arg.value}
+    if isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
+        prefix = str(arg.values[0].value)  # f"comoe_opt.cli.{module}": any module of that package
+        return {m for m in known if m.startswith(prefix) and not m.endswith(".__main__")} or {"?dynamic"}
+    named = {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in known
+    }
+    return named or {"?dynamic"}
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +221,26 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return sorted(wrong)
 
 
+def residency_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports inside residency/ that point up its order (`RESIDENCY_ORDER`)."""
+
+    def unit(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[1] == "residency" else None
+
+    wrong = []
+    for module, deps in graph.items():
+        here = unit(module)
+        if here is None:
+            continue
+        assert here in RESIDENCY_ORDER, f"{module} is in no unit of RESIDENCY_ORDER: add it"
+        for dep in deps:
+            there = unit(dep)
+            if there is not None and RESIDENCY_ORDER.index(there) > RESIDENCY_ORDER.index(here):
+                wrong.append(f"{module} -> {dep}")
+    return sorted(wrong)
+
+
 def solver_imports(graph: dict[str, set[str]]) -> list[str]:
     """Imports of a solver (or of the loops that call one) from the data and statistics layers."""
     return sorted(
@@ -191,6 +280,14 @@ def test_balancers_and_the_best_split_never_import_the_slow_loop(graph):
     assert upward == []
 
 
+def test_residency_has_an_inner_order(graph):
+    assert residency_violations(graph) == []
+
+
+def test_every_dynamic_import_is_resolved(graph):
+    assert [m for m, deps in graph.items() if "?dynamic" in deps] == []
+
+
 def test_nothing_imports_the_cli(graph):
     users = [m for m, deps in graph.items() if _top(m) != "cli" and any(_top(d) == "cli" for d in deps)]
     assert users == []
@@ -210,6 +307,27 @@ def test_the_checks_catch_violations():
     assert layer_violations(peers) == ["comoe_opt.mapping.gap -> comoe_opt.residency.placement"]
     balancer = {"comoe_opt.balancers.eplb": {"comoe_opt.residency.problem"}}
     assert layer_violations(balancer) == ["comoe_opt.balancers.eplb -> comoe_opt.residency.problem"]
+    inner = {"comoe_opt.residency.bounds.decompose": {"comoe_opt.residency.exact.pipeline"}}
+    assert residency_violations(inner) == [
+        "comoe_opt.residency.bounds.decompose -> comoe_opt.residency.exact.pipeline"
+    ]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import importlib\nimportlib.import_module('comoe_opt.planning.window')",
+        "from importlib import import_module\nimport_module('comoe_opt.planning.window')",
+        "import importlib\nWHERE = {'x': 'comoe_opt.planning.window'}\nimportlib.import_module(WHERE['x'])",
+        "from comoe_opt import rebalance_experts",
+        "import comoe_opt\ncomoe_opt.rebalance_experts(None, 1, 1, 1, 1)",
+    ],
+)
+def test_a_planted_upward_import_of_any_kind_is_caught(source):
+    """trace/ sits below planning/ and balancers/: each way of importing them from it is seen."""
+    known = set(_modules())
+    deps = imports_of(source, "comoe_opt.trace.planted", False, known)
+    assert layer_violations({"comoe_opt.trace.planted": deps}) != []
 
 
 # ------------------------------------------------------- one planning path

@@ -62,3 +62,14 @@ def test_every_script_says_how_it_is_run() -> None:
         ):
             continue  # a study's module, not a script
         assert f"python benchmarks/{path.relative_to(BENCHMARKS)}" in doc, path.name
+
+
+def test_make_bench_runs_every_script() -> None:
+    """`make bench`, `make bench-long` and `make calibrate` between them run every top-level script
+    (the README says so)."""
+    lists: set[str] = set()
+    for line in (ROOT / "Makefile").read_text(encoding="utf-8").splitlines():
+        if line.startswith(("BENCHMARKS :=", "LONG_BENCHMARKS :=")):
+            lists |= set(line.split(":=", 1)[1].split())
+    assert "benchmarks/calibrate_static.py" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert lists | {"calibrate_static"} == {p.stem for p in SCRIPTS}

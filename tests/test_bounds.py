@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.mapping.placement import default_placement
-from comoe_opt.residency.exact.cut_model import cut_model_applies, solve_with_cuts
 from comoe_opt.residency.heuristics import HEURISTICS, warm_starts
+from comoe_opt.residency.models.cut_model import cut_model_applies, solve_with_cuts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
@@ -262,7 +262,7 @@ def test_bound_below_optimum_below_every_method(p):
     optimum, _ = brute_force(p)
     assert np.isfinite(optimum)  # the empty placement, or the generator's, is always feasible
     scale = max(1.0, abs(optimum))
-    # no time limit: every phase ends on its work limit (residency/exact/schedule.py), so that whether
+    # no time limit: every phase ends on its work limit (residency/schedule.py), so that whether
     # a method reaches OPTIMAL does not depend on the machine's speed or load
     results = {m: solve(p, m, mip_gap=0.0, time_limit_s=math.inf) for m in ("milp", "exact", "full")}
     results["lp"] = solve(p, "lp", time_limit_s=math.inf)

@@ -14,8 +14,8 @@ from test_bounds import brute_force, tiny_problems
 import comoe_opt.best_split.cut_condition as scenarios
 from comoe_opt.best_split.cut_condition import CutTable, masks_of
 from comoe_opt.best_split.min_cut import bottlenecks
-from comoe_opt.residency.exact.cut_model import cut_model_applies
 from comoe_opt.residency.heuristics import HEURISTICS
+from comoe_opt.residency.models.cut_model import cut_model_applies
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.search.refine import refine
 from comoe_opt.residency.solve import solve

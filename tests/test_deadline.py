@@ -17,7 +17,7 @@ from conftest import make_problem, small_table
 
 from comoe_opt import highs
 from comoe_opt.deadline import Deadline
-from comoe_opt.residency.exact import cut_model as cuts
+from comoe_opt.residency.models import cut_model as cuts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.search import refine
@@ -242,7 +242,7 @@ def test_the_polish_leaves_its_share_when_a_later_step_can_use_the_rest(highs_li
 def test_the_full_model_rows_are_foreseen_exactly():
     import pyomo.environ as pyo
 
-    from comoe_opt.residency.exact.models import build_full_model
+    from comoe_opt.residency.models.milp import build_full_model
 
     for problem in (spread_problem(), scenario_problem()):
         model = build_full_model(problem)
@@ -397,7 +397,7 @@ def test_solve_json_reports_the_phases_and_the_limit(cli, write_toml, table, mon
 def test_work_limits_are_sized_to_the_instance(monkeypatch):
     """Without a time limit: the cut rounds run to 50 on tiny instances, fewer elsewhere and fewer
     still behind the class bound; the longer annealing runs share one proposal budget over layers."""
-    from comoe_opt.residency.exact import schedule
+    from comoe_opt.residency import schedule
 
     tiny = schedule.WorkLimits.of(spread_problem())
     assert (tiny.cut_rounds, tiny.cut_rounds_behind_classes) == (50, 50)

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from comoe_opt.balancers.engines.ascend_flashlb import ascend_flashlb
 from comoe_opt.highs import DirectModel, UnboundedSolve, lp_work, mip_work, nodes_within
-from comoe_opt.residency.exact.cut_model import _RoundBudget
-from comoe_opt.residency.exact.schedule import RoundWork
+from comoe_opt.residency.models.cut_model import _RoundBudget
+from comoe_opt.residency.schedule import RoundWork
 from comoe_opt.trace.from_counts import capped_apportion, tokens_of_counts
 
 # ------------------------------------------------------------------ solver calls bounded by work

@@ -25,8 +25,8 @@ import pytest
 import tomli_w
 from conftest import ROOT, make_problem, small_table
 
-from comoe_opt.residency.exact import models
-from comoe_opt.residency.exact.models import build_full_model, set_full_start, set_start
+from comoe_opt.residency.models import milp
+from comoe_opt.residency.models.milp import build_full_model, set_full_start, set_start
 
 OVER = 1.0000000000000002  # what HiGHS returned for a share that is exactly 1
 
@@ -54,7 +54,7 @@ def test_scenario_warm_start_stays_in_bounds(monkeypatch: pytest.MonkeyPatch, ca
         shares[np.arange(res.shape[0]), res.argmax(axis=1)] = OVER
         return 4.0, 4.0, shares
 
-    monkeypatch.setattr(models, "share_lp", rounded_up)
+    monkeypatch.setattr(milp, "share_lp", rounded_up)
     m = build_full_model(problem)
     set_full_start(m, problem, resident)
     starts = [v for v in m.component_data_objects(pyo.Var) if v.value is not None]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import load_instance
 from comoe_opt.planning import rolling_horizon
-from comoe_opt.residency.exact.models import build_replica_model
 from comoe_opt.residency.heuristics import HEURISTICS, warm_starts
+from comoe_opt.residency.models.milp import build_replica_model
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import Tenant, residency_problem

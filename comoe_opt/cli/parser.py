@@ -133,7 +133,7 @@ def _solve(verbs: Any) -> None:
         "--work-limits",
         action="store_true",
         help="no time limit: every phase ends on a work limit sized to the instance, as evaluations plan"
-        " (the same plan on any machine and load; residency/exact/schedule.py)",
+        " (the same plan on any machine and load; residency/schedule.py)",
     )
     sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
     sub.add_argument(

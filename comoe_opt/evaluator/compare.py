@@ -47,7 +47,7 @@ class CompareSettings:
     peers: tuple[str, ...] = COMPARE_PEERS
     steps: int = 0  # the first N steps (0 = all)
     # `exact` per served window, planned on its own steps: seconds, or None for the work limits
-    # of an evaluation (residency/exact/schedule.py), so that the numbers do not depend on the machine
+    # of an evaluation (residency/schedule.py), so that the numbers do not depend on the machine
     hindsight_limit_s: float | None = None
     # hindsight cross-fitted too: two more `exact` solves per window, on half its steps
     crossfit: bool = False

@@ -173,7 +173,7 @@ def keeps_leases(method: str) -> bool:
 def reproducible_limit(method: str) -> float:
     """The time limit an evaluation plans with: none (`math.inf`), so that the same instance gives
     the same numbers on any machine and under any load. Every phase of `milp` and `exact` then ends
-    on a fixed amount of work sized to the instance (residency/exact/schedule.py: the searches' moves,
+    on a fixed amount of work sized to the instance (residency/schedule.py: the searches' moves,
     the annealing's proposals, HiGHS's nodes, the cut rounds), and so do the heuristics; with a
     wall-clock limit, a loaded machine cut the warm start short on some windows and skipped the
     replica model (formulations/residency.md, "Time limit")."""

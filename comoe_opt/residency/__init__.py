@@ -11,14 +11,7 @@ import importlib
 from typing import Any
 
 from comoe_opt.residency.exact import MODEL_METHODS
-from comoe_opt.residency.heuristics import HEURISTICS
-from comoe_opt.residency.heuristics import engines as _engines  # noqa: F401  (registers the engines' balancers as heuristics)
-
-# every slow-loop method and what it does: the models, then the heuristics (their registry)
-RESIDENCY_METHODS: dict[str, str] = {
-    **MODEL_METHODS,
-    **{name: f"heuristic: {h.description}" for name, h in HEURISTICS.items()},
-}
+from comoe_opt.residency.methods import RESIDENCY_METHODS
 
 _WHERE = {
     "Placement": "comoe_opt.residency.placement",

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 
 from comoe_opt.deadline import Deadline
-from comoe_opt.residency import MODEL_METHODS, RESIDENCY_METHODS
+from comoe_opt.residency.exact import MODEL_METHODS
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.heuristics.solve import solve_heuristic
+from comoe_opt.residency.methods import RESIDENCY_METHODS
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
 

@@ -71,8 +71,8 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import INF, DirectModel, HighsOutcome, lp_work, mip_work
 from comoe_opt.residency.bounds.check_bound import BoundCertificate, certificate_facts
-from comoe_opt.residency.exact.schedule import LAGRANGIAN_NODES
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.schedule import LAGRANGIAN_NODES
 from comoe_opt.results import Status
 
 MAX_CLASSES = 6  # types are subsets of classes: 2^K − 1 of them

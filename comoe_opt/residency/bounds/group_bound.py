@@ -39,7 +39,7 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.residency.bounds.check_group_bound import GroupCertificate
 from comoe_opt.residency.bounds.decompose import DeviceClasses, Prices, device_classes
 from comoe_opt.residency.bounds.group_cpsat import solve_group_cpsat
-from comoe_opt.residency.exact.cut_model import solve_with_cuts
+from comoe_opt.residency.models.cut_model import solve_with_cuts
 from comoe_opt.residency.objective import scenario_layer
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant

@@ -6,7 +6,7 @@ A one-layer `ResidencyProblem` on a few scenarios, with a price per page `page_c
     z_s ≥ Σ_e (ω_se / V_D) u_eD           every chiplet set D (the cut condition, cut_condition.py)
     u_eD ∨ ¬r_e ∨ ⋁_{c ∉ D} x_ec           u_eD = 1 when every replica of a resident e lies in D
     y_ec ≤ x_ec, Σ_c y_ec = r_e             NoP to one replica; x_ec ≤ r_e ≤ Σ_c x_ec
-    capacity, budget, replicas per expert, leases, quotas, all_resident as in residency/exact/cut_model.py
+    capacity, budget, replicas per expert, leases, quotas, all_resident as in residency/models/cut_model.py
 
 CP-SAT is integral: every cost coefficient is scaled by `scale` and rounded **down**, and z_s is an
 integer, so each placement's model value is at most `scale · S'` times its true value plus S' · W

@@ -1,5 +1,5 @@
 """The slow loop's solver-backed methods: the `milp`/`exact`/`full`/`lp` pipeline (pipeline.py),
-the Pyomo models (models.py), the cut model (cut_model.py) and the phases' budget (schedule.py)."""
+which solves the models of residency/models/ within the phases' budget of residency/schedule.py."""
 
 # the models' names and what each does (`--method`'s help reads these); loading them loads no solver
 MODEL_METHODS: dict[str, str] = {

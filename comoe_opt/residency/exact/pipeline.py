@@ -8,7 +8,7 @@
   placement — or the previous window's, when that is better — on them.
   A warm start that breaks a constraint is skipped, never fatal.
 * `exact`: `milp`, then, with balance scenarios on related chiplets, the
-  exact scenario model over x[l,e,c] by row generation (residency/exact/cut_model.py) until the
+  exact scenario model over x[l,e,c] by row generation (residency/models/cut_model.py) until the
   gap or the time limit: a proven gap on the scenario objective.
 * `full`: the plain residency MILP over x[l,e,c], balance scenarios included
   (exact, for small instances).
@@ -33,8 +33,12 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, lp_work, mip_work, nodes_within, solve_with_highs
 from comoe_opt.residency.bounds.check_bound import BoundCertificate
-from comoe_opt.residency.exact.cut_model import ExactOutcome, cut_model_applies, solve_with_cuts
-from comoe_opt.residency.exact.models import (
+from comoe_opt.residency.heuristics import warm_starts
+from comoe_opt.residency.heuristics.assign import assign_replicas
+from comoe_opt.residency.heuristics.fill import fill_spare
+from comoe_opt.residency.heuristics.solve import heuristic_result as _heuristic
+from comoe_opt.residency.models.cut_model import ExactOutcome, cut_model_applies, solve_with_cuts
+from comoe_opt.residency.models.milp import (
     build_full_model,
     build_replica_model,
     full_model_placement,
@@ -42,7 +46,11 @@ from comoe_opt.residency.exact.models import (
     set_full_start,
     set_replica_counts,
 )
-from comoe_opt.residency.exact.schedule import (
+from comoe_opt.residency.objective import ObjectiveTerms, check_feasible, score
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
+from comoe_opt.residency.schedule import (
     ANNEAL_PROPOSALS,
     FULL_NODE_ROWS,
     FULL_NODES,
@@ -53,14 +61,6 @@ from comoe_opt.residency.exact.schedule import (
     share,
     work_limited,
 )
-from comoe_opt.residency.heuristics import warm_starts
-from comoe_opt.residency.heuristics.assign import assign_replicas
-from comoe_opt.residency.heuristics.fill import fill_spare
-from comoe_opt.residency.heuristics.solve import heuristic_result as _heuristic
-from comoe_opt.residency.objective import ObjectiveTerms, check_feasible, score
-from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.report import FullModelReport, LPReport, ModelReport, ResidencyResult
 from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.search.refine import refine
 from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
@@ -74,7 +74,7 @@ def solve_milp(
     problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
 ) -> ResidencyResult:
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
-    scenarios, then the exact scenario model (residency/exact/cut_model.py) to the gap or the deadline.
+    scenarios, then the exact scenario model (residency/models/cut_model.py) to the gap or the deadline.
 
     After the replica model, the steps of `STEPS` run in turn (`exact` adds `EXACT_STEPS`); with a
     time limit each open-ended one gets its share of the time left (schedule.py), without one each

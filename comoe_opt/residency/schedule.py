@@ -89,7 +89,7 @@ class WorkLimits:
 
 @dataclass(frozen=True)
 class RoundWork:
-    """What the rounds may do without a time limit (residency/exact/schedule.py: WorkLimits)."""
+    """What the rounds may do without a time limit (residency/schedule.py: WorkLimits)."""
 
     round_nodes: int  # branch-and-bound nodes of one round's MILP, at most
     node_rows: int  # nodes x the model's rows over all rounds: a round's simplex work grows with its rows

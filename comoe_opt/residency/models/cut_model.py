@@ -47,10 +47,10 @@ from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, 
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.deadline import Deadline
 from comoe_opt.highs import INF, DirectModel, mip_work
-from comoe_opt.residency.exact.schedule import CLOSING_ROUND_WORK, RoundWork
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.schedule import CLOSING_ROUND_WORK, RoundWork
 from comoe_opt.results import Status, relative_gap
 
 CUT_TOLERANCE = 1e-7  # relative: a cut violated by less is round-off
