@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from studies.class_decomposition import decompose, place_counts
 from test_bounds import brute_force, with_scenarios
 
-from comoe_opt.best_split.cut_condition import CutTable, related_speeds, resident_of
+from comoe_opt.best_split import sets as device_sets
+from comoe_opt.best_split.cut_condition import CutTable, masks_of, related_speeds, resident_of
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.bounds.decompose import (
     CutFamilies,
@@ -58,7 +59,7 @@ def layer_table(p: ResidencyProblem, layer: int) -> dict[tuple, float]:
     maps = maps[keep]
     work = p.scenario_work_ms[:, layer]  # [S, E, C]
     table_ = CutTable.for_speeds(related_speeds(work))
-    masks = maps.astype(np.int64) @ (np.int64(1) << np.arange(C, dtype=np.int64))  # [M, E]
+    masks = masks_of(maps)  # [M, E, W]
     inside = np.stack([table_.inside(m) for m in masks])  # [M, E, sets]
     z = (np.einsum("se,mek->msk", work[..., 0], inside) / table_.capacity).max(axis=2).mean(axis=1)
     nop = np.where(maps, p.nop_ms_per_token, np.inf).min(axis=2)
@@ -364,7 +365,8 @@ def test_annealing_scores_kept_up_to_date_equal_a_fresh_score(p, seed):
             state.take()
             for i, slot in moved:
                 slots[i] = slot
-            fresh = lay.value(resident_of(np.array(state.masks), p.chiplets))
+            packed = device_sets.from_ints(state.masks, device_sets.words(p.chiplets))
+            fresh = lay.value(resident_of(packed, p.chiplets))
             assert v == pytest.approx(fresh, rel=1e-9, abs=1e-12)
             assert state.value == pytest.approx(fresh, rel=1e-9, abs=1e-12)
-            assert sorted(slots) == list(np.flatnonzero(resident_of(np.array(state.masks), p.chiplets)))
+            assert sorted(slots) == list(np.flatnonzero(resident_of(packed, p.chiplets)))

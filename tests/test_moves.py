@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import assume, given
 from test_scenarios import scenario_problems
 
-from comoe_opt.best_split.cut_condition import masks_of
+from comoe_opt.best_split.cut_condition import int_masks
 from comoe_opt.residency.objective import check_feasible
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.search.moves import MoveRules
@@ -25,7 +25,7 @@ def test_a_move_is_allowed_exactly_when_its_result_is_feasible(p):
     start = p.previous.resident
     assume(not check_feasible(p, p.previous))
     rules = MoveRules.of(p, 0)
-    masks = [int(m) for m in masks_of(start[0])]
+    masks = int_masks(start[0])
     room = np.array([t.max_pages - int(start[t.owns].sum()) for t in p.tenants], dtype=np.int64)
     replicas = list(zip(*np.nonzero(start[0]), strict=True))
     for a, c in replicas:

@@ -74,5 +74,6 @@ def test_never_worse_than_the_start(scores):
 
 
 def test_base_pool_is_each_chiplet_and_all():
-    assert base_pool(3).tolist() == [1, 2, 4, 7]
-    assert base_pool(3).dtype == np.int64
+    assert base_pool(3).tolist() == [[1], [2], [4], [7]]
+    assert base_pool(3).dtype == np.uint64
+    assert base_pool(70).shape == (71, 2)  # two words past 64 chiplets

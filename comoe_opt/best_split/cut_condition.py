@@ -15,9 +15,10 @@ with capacities):
 
 — work that can only go to D must fit in D's capacity, and max-flow/min-cut
 says this is also sufficient. Enumerating the 2^C − 1 sets is exact and fast
-for C ≤ `MAX_ENUMERATED_CHIPLETS`; up to `MAX_MASK_CHIPLETS` each scenario's
-maximising set is found by parametric min cut (best_split/min_cut.py); when chiplets are
-not related by one speed factor each scenario's makespan is a small LP.
+for C ≤ `MAX_ENUMERATED_CHIPLETS`; beyond, each scenario's maximising set is found by
+parametric min cut (best_split/min_cut.py), at any C; when chiplets are not related by one
+speed factor each scenario's makespan is a small LP. Sets are rows of bits packed in 64-bit
+words (best_split/sets.py), so no chiplet count overflows a machine word.
 
 `z*` is a maximum of linear functions of `w`, hence convex: the mean over
 scenarios is at least the makespan of the mean load (Jensen), so every
@@ -30,39 +31,48 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.best_split.shares import share_lp
 
 MAX_ENUMERATED_CHIPLETS = 12
-MAX_MASK_CHIPLETS = 62  # chiplet sets are int64 bit masks
 
 
 @dataclass(frozen=True, eq=False)
 class CutTable:
-    """The chiplet sets D of the cut condition: bit masks and capacities Σ_{c ∈ D} v_c."""
+    """The chiplet sets D of the cut condition (best_split/sets.py rows) and their capacities
+    Σ_{c ∈ D} v_c."""
 
-    sets: np.ndarray  # [2^C − 1] int64, bit c set when chiplet c is in D
-    capacity: np.ndarray  # [2^C − 1] float64
+    sets: np.ndarray  # [P, W] uint64, bit c set when chiplet c is in D; the last is all chiplets
+    capacity: np.ndarray  # [P] float64
 
     @classmethod
     def for_speeds(cls, speeds: np.ndarray) -> CutTable:
-        """Every nonempty set (the last is all chiplets)."""
-        return cls.of_sets(np.arange(1, 1 << speeds.size, dtype=np.int64), speeds)
+        """Every nonempty set, in the order of the integers they stand for (the last is all)."""
+        return cls.of_sets(np.arange(1, 1 << speeds.size, dtype=np.uint64)[:, None], speeds)
 
     @classmethod
     def of_sets(cls, sets: np.ndarray, speeds: np.ndarray) -> CutTable:
         """Some of the sets, whose last must be all chiplets: a pool of the cuts that mattered."""
-        sets = np.asarray(sets, dtype=np.int64)
-        members = (sets[:, None] >> np.arange(speeds.size, dtype=np.int64)) & 1
-        return cls(sets, members @ speeds)
+        sets = np.asarray(sets, dtype=np.uint64)
+        return cls(sets, device_sets.unpack(sets, speeds.size) @ speeds)
+
+    @classmethod
+    def pool(cls, sets: np.ndarray, speeds: np.ndarray) -> CutTable:
+        """The distinct sets of `sets` [P, W], all chiplets appended last."""
+        everything = device_sets.everything(speeds.size)
+        rows = device_sets.union(np.zeros((0, everything.size), dtype=np.uint64), sets)
+        rows = rows[~(rows == everything).all(axis=1)]
+        return cls.of_sets(np.concatenate([rows, everything[None]]), speeds)
 
     @property
-    def all_chiplets(self) -> int:
-        return int(self.sets[-1])
+    def all_chiplets(self) -> np.ndarray:
+        return self.sets[-1]
 
     def inside(self, masks: np.ndarray) -> np.ndarray:
-        """[E, sets] 1.0 where expert e's replica set lies inside D (no replica: only D = all)."""
-        return inside(np.where(masks == 0, self.all_chiplets, masks), self.sets)
+        """[E, sets] 1.0 where expert e's replica set [E, W] lies inside D (no replica: only D = all)."""
+        empty = (masks == 0).all(axis=-1, keepdims=True)
+        return device_sets.inside(np.where(empty, self.all_chiplets, masks), self.sets)
 
     def makespans(self, work_in_sets: np.ndarray) -> np.ndarray:
         """Makespan per scenario from the work confined to each set, [S, sets] → [S]."""
@@ -97,8 +107,8 @@ def enumerable(work: np.ndarray) -> bool:
 
 
 def cut_condition_applies(work: np.ndarray) -> bool:
-    """Whether makespans are cut ratios over bit-mask sets (enumerated or min cut), work [S, L, E, C]."""
-    return work.shape[-1] <= MAX_MASK_CHIPLETS and related_speeds(work) is not None
+    """Whether makespans are cut ratios over chiplet sets (enumerated or min cut), work [S, L, E, C]."""
+    return related_speeds(work) is not None
 
 
 def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
@@ -107,7 +117,7 @@ def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
     `work` [S, E, C] ms per scenario if all of (e)'s work ran on c;
     `resident` [E, C] the layer's replica map.
     """
-    speeds = related_speeds(work) if work.shape[-1] <= MAX_MASK_CHIPLETS else None
+    speeds = related_speeds(work)
     if speeds is None:
         return np.array([makespan_lp(w, resident) for w in work])
     if work.shape[-1] > MAX_ENUMERATED_CHIPLETS:
@@ -117,20 +127,26 @@ def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
 
 
 def masks_of(resident: np.ndarray) -> np.ndarray:
-    """Replica sets [..., E] as bit masks from a replica map [..., E, C]."""
-    return resident.astype(np.int64) @ (np.int64(1) << np.arange(resident.shape[-1], dtype=np.int64))
+    """Replica sets [..., E, W] (best_split/sets.py rows) from a replica map [..., E, C]."""
+    return device_sets.pack(resident)
+
+
+def int_masks(resident: np.ndarray) -> list[int]:
+    """Each replica set of a replica map [E, C] as a Python int (bit c: a replica on c), for
+    the slow loop's moves: unbounded, so any C."""
+    return device_sets.as_ints(device_sets.pack(resident))
 
 
 def resident_of(masks: np.ndarray, chiplets: int) -> np.ndarray:
-    """The replica map [..., E, C] of bit masks [..., E], `masks_of`'s inverse."""
-    return ((masks[..., None] >> np.arange(chiplets, dtype=np.int64)) & 1).astype(bool)
+    """The replica map [..., E, C] of replica sets [..., E, W], `masks_of`'s inverse."""
+    return device_sets.unpack(masks, chiplets)
 
 
 def inside(masks: np.ndarray, sets: np.ndarray, dtype: type = np.float64) -> np.ndarray:
-    """[..., sets] 1.0 where the replica set (bit mask) lies inside the chiplet set, in `dtype`
-    (the loads' own: a mixed-precision product would copy the loads). An empty mask lies inside
+    """[..., P] 1.0 where the replica set [..., W] lies inside the chiplet set [P, W], in `dtype`
+    (the loads' own: a mixed-precision product would copy the loads). An empty set lies inside
     every set: `CutTable.inside` maps it to all chiplets first."""
-    return ((masks[..., None] & ~sets) == 0).astype(dtype)
+    return device_sets.inside(masks, sets, dtype)
 
 
 def makespan_lp(work: np.ndarray, resident: np.ndarray) -> float:
@@ -153,25 +169,27 @@ def unit_speed_makespans(resident: np.ndarray, w: np.ndarray) -> np.ndarray:
 
 
 def unit_speed_bottlenecks(resident: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """([S] best-split makespans, [S] bottleneck GPU sets as bit masks) by min cut (min_cut.py)."""
-    spans, masks = bottlenecks(w, resident, np.ones(resident.shape[1]))
-    return spans, np.asarray(masks.astype(np.int64))
+    """([S] best-split makespans, [S, W] bottleneck GPU sets) by min cut (min_cut.py)."""
+    return bottlenecks(w, resident, np.ones(resident.shape[1]))
 
 
 def enumerated_makespans(masks: np.ndarray, w: np.ndarray, gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """([S] exact best-split makespans, the distinct bottleneck sets) over every GPU set.
+    """([S] exact best-split makespans, [k, 1] the distinct bottleneck sets) over every GPU set,
+    for replica sets `masks` [E, 1] (at most `MAX_ENUMERATED_CHIPLETS` GPUs: one word).
 
     The work confined to each set is a sum over its subsets of the work whose replica set is
     exactly that subset: G passes over [2^G, S] (no matrix product, whose BLAS threads contend
     on a shared host)."""
     work = np.zeros((1 << gpus, w.shape[0]), dtype=w.dtype)
-    np.add.at(work, masks, w.T)
+    np.add.at(work, masks[:, 0].astype(np.int64), w.T)
     for bit in range(gpus):
         upper = with_bit(gpus, bit)
         work[upper] += work[upper ^ (1 << bit)]
-    ratio = work[1:] / set_sizes(np.arange(1, 1 << gpus, dtype=np.int64), gpus).astype(w.dtype)[:, None]
+    every = np.arange(1, 1 << gpus, dtype=np.uint64)[:, None]
+    ratio = work[1:] / set_sizes(every).astype(w.dtype)[:, None]
     worst = ratio.argmax(axis=0)
-    return ratio[worst, np.arange(w.shape[0])].astype(np.float64), np.unique(worst + 1).astype(np.int64)
+    found = np.unique(worst + 1).astype(np.uint64)[:, None]
+    return ratio[worst, np.arange(w.shape[0])].astype(np.float64), found
 
 
 def with_bit(gpus: int, bit: int) -> np.ndarray:
@@ -180,6 +198,6 @@ def with_bit(gpus: int, bit: int) -> np.ndarray:
     return sets[(sets >> bit) & 1 == 1]
 
 
-def set_sizes(sets: np.ndarray, gpus: int) -> np.ndarray:
-    """[sets] how many GPUs each set holds (its capacity at unit speeds), float32."""
-    return ((sets[:, None] >> np.arange(gpus, dtype=np.int64)) & 1).sum(axis=1).astype(np.float32)
+def set_sizes(sets: np.ndarray) -> np.ndarray:
+    """[...] how many GPUs each set [..., W] holds (its capacity at unit speeds), float32."""
+    return device_sets.sizes(sets).astype(np.float32)

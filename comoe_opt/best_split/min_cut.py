@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 from ortools.graph.python.max_flow import SimpleMaxFlow
 
+from comoe_opt.best_split import sets as device_sets
+
 SCALE = float(1 << 50)  # integer capacities: the total work maps to 2^50
 MAX_CUTS = 64  # Dinkelbach steps per scenario; the ratio rises strictly, so this is a guard
 
@@ -35,7 +37,7 @@ class Bottlenecks:
         chiplets = resident.shape[1]
         self.speeds, self.chiplets = speeds, chiplets
         self.placed = np.flatnonzero(resident.any(axis=1))  # experts without a replica count for D = all
-        self.all_mask = (1 << chiplets) - 1
+        self.all_mask = device_sets.everything(chiplets)
         n = self.placed.size
         self.source, self.sink = n + chiplets, n + chiplets + 1
         e_idx, c_idx = np.nonzero(resident[self.placed])
@@ -50,8 +52,8 @@ class Bottlenecks:
         self.source_arcs, self.sink_arcs = arcs[:n], arcs[n + e_idx.size :]
         self.hosts = resident[self.placed]  # [n, C]
 
-    def worst(self, work: np.ndarray) -> tuple[float, int]:
-        """(makespan, bottleneck set as a bit mask) for one scenario's unit-speed work [E]."""
+    def worst(self, work: np.ndarray) -> tuple[float, np.ndarray]:
+        """(makespan, bottleneck set [W], best_split/sets.py) for one scenario's unit-speed work [E]."""
         total = float(work.sum())
         best_ratio, best_mask = total / float(self.speeds.sum()), self.all_mask
         placed_work = work[self.placed]
@@ -76,12 +78,14 @@ class Bottlenecks:
             if ratio <= best_ratio * (1 + 1e-12):
                 break
             best_ratio = ratio
-            best_mask = int((np.int64(1) << members.astype(np.int64)).sum())
+            best_mask = device_sets.pack(in_d)
         return best_ratio, best_mask
 
 
 def bottlenecks(work: np.ndarray, resident: np.ndarray, speeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(makespans [S], bottleneck masks [S]) of scenario unit-speed work [S, E] on `resident` [E, C]."""
+    """(makespans [S], bottleneck sets [S, W]) of scenario unit-speed work [S, E] on `resident` [E, C]."""
     network = Bottlenecks(resident, speeds)
     found = [network.worst(w) for w in work]
-    return np.array([r for r, _ in found]), np.array([m for _, m in found], dtype=object)
+    width = device_sets.words(resident.shape[1])
+    masks = np.array([m for _, m in found], dtype=np.uint64).reshape(len(found), width)
+    return np.array([r for r, _ in found]), masks

@@ -21,6 +21,8 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
+from comoe_opt.best_split import sets as device_sets
+
 POOL_ROUNDS = 4  # rounds of moves per search, each checked exactly (and growing the pool)
 
 Plan = TypeVar("Plan")
@@ -71,5 +73,6 @@ def pooled_search(rounds: Rounds[Plan, Value, Pool], start: Plan) -> tuple[Plan,
 
 
 def base_pool(chiplets: int) -> np.ndarray:
-    """The sets a pool starts from: each chiplet alone, and all of them."""
-    return np.append(np.int64(1) << np.arange(chiplets, dtype=np.int64), np.int64((1 << chiplets) - 1))
+    """[C + 1, W] the sets a pool starts from (best_split/sets.py rows): each chiplet alone, and
+    all of them."""
+    return np.concatenate([device_sets.singletons(chiplets), device_sets.everything(chiplets)[None]])

@@ -22,6 +22,7 @@ import numpy as np
 from comoe_opt.balancers.dropin.config import DEFAULT, SearchConfig, Work
 from comoe_opt.balancers.dropin.objective import Shape, lower, moved, step_mean, step_weights
 from comoe_opt.balancers.dropin.search import Candidates, Search
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import (
     MAX_ENUMERATED_CHIPLETS,
     enumerated_makespans,
@@ -81,11 +82,11 @@ class LpSearch(Search):
         enumerated (each step's bottleneck joins the pool), else on the pool."""
         if self.enumerated:
             spans, worst = self._enumerated(self.masks(layer), layer, charge)
-            self.sets[layer] = np.union1d(self.sets[layer], worst)
+            self.sets[layer] = device_sets.union(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
         if self.enumerated:
             return spans
-        return (self.in_sets[layer] / set_sizes(self.sets[layer], self.shape.gpus)).max(axis=-1)
+        return (self.in_sets[layer] / set_sizes(self.sets[layer])).max(axis=-1)
 
     def _enumerated(
         self, masks: np.ndarray, layer: int, charge: bool = True
@@ -101,8 +102,7 @@ class LpSearch(Search):
         bottlenecks under it join the pool, so that the pool stops proposing it."""
         layer = int(c.layer[row])
         masks = self.masks(layer)
-        bits = np.int64(1) << np.arange(self.shape.gpus, dtype=np.int64)
-        masks[c.e[row, k]], masks[c.f[row, k]] = (c.na[row, k] > 0) @ bits, (c.nb[row, k] > 0) @ bits
+        masks[c.e[row, k]], masks[c.f[row, k]] = masks_of(c.na[row, k] > 0), masks_of(c.nb[row, k] > 0)
         spans, worst = self._enumerated(masks, layer)
         prev = None if self.prev is None else self.prev[layer]
         n = self.n[layer].copy()
@@ -110,7 +110,7 @@ class LpSearch(Search):
         value = step_mean(spans, self.config.half_life) + self.move_cost * moved(n, prev)
         if value < self.objective[layer] - 1e-9 * max(1.0, abs(self.objective[layer])):
             return True
-        self.sets[layer] = np.union1d(self.sets[layer], worst)
+        self.sets[layer] = device_sets.union(self.sets[layer], worst)
         self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
         return False
 
@@ -167,9 +167,9 @@ class LpSearch(Search):
         gpus = self.shape.gpus
         share = np.zeros((active.size, gpus))
         for row, layer in enumerate(active):
-            ratio = self.in_sets[layer] / set_sizes(self.sets[layer], gpus)
-            worst = self.sets[layer][ratio.argmax(axis=1)]
-            share[row] = ((worst[:, None] >> np.arange(gpus, dtype=np.int64)) & 1).sum(axis=0)
+            ratio = self.in_sets[layer] / set_sizes(self.sets[layer])
+            worst = self.sets[layer][ratio.argmax(axis=1)]  # [S, W]
+            share[row] = device_sets.unpack(worst, gpus).sum(axis=0)
         share += 0.05 * share.sum(axis=1, keepdims=True) / gpus + 1e-12
         return share / share.sum(axis=1, keepdims=True)
 
@@ -201,26 +201,27 @@ class LpSearch(Search):
         """[B, K, S] each candidate's per-step makespans on the layers' pools of GPU sets (padded
         with the set of all GPUs, the last of every pool, which changes no maximum)."""
         b, gpus = c.layer.size, self.shape.gpus
-        width = max(self.sets[layer].size for layer in c.layer)
-        sets = np.full((b, width), (1 << gpus) - 1, dtype=np.int64)
+        width = max(self.sets[layer].shape[0] for layer in c.layer)
+        sets = np.broadcast_to(device_sets.everything(gpus), (b, width, device_sets.words(gpus))).copy()
         work = np.empty((b, width, self.steps), dtype=np.float32)  # [B, P, S]
         for row, layer in enumerate(c.layer):
-            size = self.sets[layer].size
+            size = self.sets[layer].shape[0]
             sets[row, :size] = self.sets[layer]
             work[row, :size] = self.in_sets[layer].T
             work[row, size:] = self.in_sets[layer][:, -1]
-        masks = np.stack([self.masks(layer) for layer in c.layer])
-        bits = np.int64(1) << np.arange(gpus, dtype=np.int64)
-        rows, pool = np.arange(b)[:, None], sets[:, None, :]
+        masks = np.stack([self.masks(layer) for layer in c.layer])  # [B, E, W]
+        rows, pool = np.arange(b)[:, None], sets[:, None, :, :]  # [B, 1, P, W]
         changes = []
         for expert, after in ((c.e, c.na), (c.f, c.nb)):
-            new = ((after > 0).astype(np.int64) @ bits)[..., None]
-            old = masks[rows, expert][..., None]
-            changes.append((((new & ~pool) == 0).astype(np.float32) - ((old & ~pool) == 0))[..., None])
+            new = masks_of(after > 0)[..., None, :]  # [B, K, 1, W]
+            old = masks[rows, expert][..., None, :]
+            now_inside = ((new & ~pool) == 0).all(axis=-1)  # [B, K, P]
+            was_inside = ((old & ~pool) == 0).all(axis=-1)
+            changes.append((now_inside.astype(np.float32) - was_inside)[..., None])
         self.work.spend(self.config.ns_per_cell * b * c.e.shape[1] * width * self.steps)
         loads = work[:, None] + self.wt[rows, c.e][:, :, None, :] * changes[0]  # [B, K, P, S]
         loads += self.wt[rows, c.f][:, :, None, :] * changes[1]
-        loads /= set_sizes(sets.ravel(), gpus).reshape(b, 1, width, 1)
+        loads /= set_sizes(sets).reshape(b, 1, width, 1)
         return loads.max(axis=2)
 
     def _apply(self, c: Candidates, row: int, k: int) -> None:

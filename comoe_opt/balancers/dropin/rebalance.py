@@ -64,6 +64,7 @@ from comoe_opt.balancers.dropin.starts import risk_pack
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, unit_speed_bottlenecks
 from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.best_split.pooled import base_pool, pooled_search
@@ -583,7 +584,7 @@ def _exact(
         spans, masks = unit_speed_bottlenecks(n[layer] > 0, w[layer])
         values[layer] = step_mean(spans, half_life)
         base = base_pool(call.shape.gpus) if pools is None else pools[layer]
-        grown.append(np.union1d(base, np.asarray(masks, dtype=np.int64)))
+        grown.append(device_sets.union(base, masks))
     return values + move_cost * moved(n, call.prev_n), grown
 
 

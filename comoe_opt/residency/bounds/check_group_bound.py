@@ -117,6 +117,11 @@ def _groups_value(p, layer: int, groups: list[dict], per_chiplet: np.ndarray, rh
         witness = group.get("witness")
         if witness is None:
             raise CertificateError(f"layer {layer}: a group without a witness placement")
+        if p.chiplets > MAX_CHECKED_CHIPLETS:  # before the masks become int64
+            raise CertificateError(
+                f"a witness over {p.chiplets} chiplets: this check enumerates the 2^C chiplet sets,"
+                f" up to {MAX_CHECKED_CHIPLETS} chiplets"
+            )
         value = _witness_value(
             p, layer, members, np.asarray(witness, dtype=np.int64), per_chiplet, rho, speeds
         )

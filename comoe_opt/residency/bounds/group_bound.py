@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import masks_of
+from comoe_opt.best_split.cut_condition import int_masks
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.bounds.check_group_bound import GroupCertificate
 from comoe_opt.residency.bounds.decompose import DeviceClasses, Prices, device_classes
@@ -57,7 +57,7 @@ class GroupValue:
     scenarios: tuple[int, ...]
     bound: float
     closed: bool
-    witness: np.ndarray | None  # [E] replica sets as bit masks
+    witness: list[int] | None  # [E] replica sets as Python-int bit masks
     witness_value: float
 
 
@@ -110,7 +110,7 @@ def scenario_groups(scenarios: int, size: int, seed: int) -> list[np.ndarray]:
     return [np.sort(order[i : i + size]) for i in range(0, scenarios, size)]
 
 
-def _witness(group: GroupValue) -> np.ndarray:
+def _witness(group: GroupValue) -> list[int]:
     if group.witness is None:  # groups are kept only with a witness (group_bound)
         raise ValueError("a kept group has its witness")
     return group.witness
@@ -172,7 +172,7 @@ def group_value(
         time_limit_s = deadline.remaining()
     if solver == "cpsat":
         found = solve_group_cpsat(sub, cost, time_limit_s=time_limit_s)
-        witness = None if found.resident is None else masks_of(found.resident)
+        witness = None if found.resident is None else int_masks(found.resident)
         return GroupValue(layer, key, found.bound, found.closed, witness, found.value)
     if solver != "cuts":
         raise ValueError(f"group solver {solver!r}: one of {', '.join(SOLVERS)}")
@@ -180,7 +180,7 @@ def group_value(
         deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
     outcome = solve_with_cuts(sub, None, deadline=deadline, mip_gap=GROUP_GAP, page_cost_ms=cost[None])
     bound = outcome.bound - sub.constant_ms
-    witness = None if outcome.placement is None else masks_of(outcome.placement.resident[0])
+    witness = None if outcome.placement is None else int_masks(outcome.placement.resident[0])
     value = outcome.objective - sub.constant_ms
     closed = outcome.status is Status.OPTIMAL
     return GroupValue(layer, key, float(bound), closed, witness, float(value))

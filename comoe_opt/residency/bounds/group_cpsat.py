@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, CutTable, speeds_of
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -124,7 +125,7 @@ class _Model:
         z = [m.new_int_var(math.floor(self.scale * floor[s]), top, f"z{s}") for s in range(S)]
         u = {}
         for d, mask in enumerate(table.sets[:-1]):  # the last set is every chiplet: z's lower bound
-            outside = [c for c in range(C) if not (int(mask) >> c) & 1]
+            outside = [c for c in range(C) if not (device_sets.as_int(mask) >> c) & 1]
             for e in busy.tolist():
                 u[e, d] = m.new_bool_var(f"u{e}_{d}")
                 m.add_bool_or([u[e, d], ~r[e], *(x[e][c] for c in outside)])

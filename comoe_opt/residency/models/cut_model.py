@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.best_split import cut_condition as scenarios
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import CutTable, cut_condition_applies, masks_of, speeds_of
 from comoe_opt.best_split.min_cut import bottlenecks
 from comoe_opt.deadline import Deadline
@@ -229,12 +230,12 @@ class CutModel:
             for s, (exact, mask) in enumerate(zip(ratios, masks, strict=True)):
                 if z is not None and exact <= z[layer, s] + CUT_TOLERANCE * max(1.0, exact):
                     continue
-                added += self.add_cut(layer, s, int(mask))
+                added += self.add_cut(layer, s, device_sets.as_int(mask))
         self.lp.flush()
         return added
 
     def worst_sets(self, resident: np.ndarray, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """(makespan [S], maximising chiplet set [S]) of each scenario of one layer."""
+        """(makespan [S], maximising chiplet set [S, W]) of each scenario of one layer."""
         if self.table is None:
             return bottlenecks(self.unit[:, layer], resident, self.speeds)
         ratios = (self.unit[:, layer] @ self.table.inside(masks_of(resident))) / self.table.capacity

@@ -26,7 +26,15 @@ import time
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import CutTable, enumerable, masks_of, resident_of, speeds_of
+from comoe_opt.best_split import sets as device_sets
+from comoe_opt.best_split.cut_condition import (
+    CutTable,
+    enumerable,
+    int_masks,
+    masks_of,
+    resident_of,
+    speeds_of,
+)
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.objective import nearest_nop
 from comoe_opt.residency.placement import Placement
@@ -152,7 +160,7 @@ class _Layer:
                     room -= self.owner[:, b] - self.owner[:, a]
                 if v < best_value - 1e-12 * max(1.0, abs(best_value)):
                     best, best_value = list(state.masks), v
-        resident = resident_of(np.array(best, dtype=np.int64), self.chiplets)
+        resident = resident_of(device_sets.from_ints(best, device_sets.words(self.chiplets)), self.chiplets)
         self.room[:] = self.room - self.owned_pages(resident) + self.owned_pages(self.resident)
         return resident
 
@@ -196,7 +204,7 @@ class _Scores:
         self._row = SetRows(layer.table, per_capacity=True)  # 1 / capacity of the sets holding a mask
         self._terms = ExpertTerms(layer.p, layer.layer)
         self.taken = 0
-        scenarios, sets = layer.work.shape[0], layer.table.sets.size
+        scenarios, sets = layer.work.shape[0], layer.table.sets.shape[0]
         self._work = np.empty((scenarios, 2))  # the two moved experts' work, [S, 2]
         self._change = np.empty((2, sets))  # ... and the change of their rows
         self._delta = np.empty((scenarios, sets))
@@ -244,4 +252,4 @@ class _Scores:
 
 
 def _masks(resident: np.ndarray) -> list[int]:
-    return [int(m) for m in masks_of(resident)]
+    return int_masks(resident)

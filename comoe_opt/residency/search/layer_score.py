@@ -4,14 +4,15 @@ move with, written once: each expert's own terms and each replica set's row of a
 A layer's share of the window objective (objective.py) is
 `W · (mean scenario makespan + nearest-replica NoP + misses) + κ · copies`: the makespans come
 from the work confined to each chiplet set (best_split/cut_condition.py), the rest is a sum of
-per-expert terms that depend on the expert's replica set (a bit mask) only.
+per-expert terms that depend on the expert's replica set (a Python-int bit mask) only.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import CutTable, masks_of
+from comoe_opt.best_split import sets as device_sets
+from comoe_opt.best_split.cut_condition import CutTable, int_masks
 from comoe_opt.residency.problem import ResidencyProblem
 
 
@@ -20,7 +21,7 @@ def previous_masks(problem: ResidencyProblem, layer: int) -> list[int]:
     the replicas outside it."""
     if problem.previous is None:
         return [0] * problem.experts
-    return [int(m) for m in masks_of(problem.previous.resident[layer])]
+    return int_masks(problem.previous.resident[layer])
 
 
 class ExpertTerms:
@@ -69,6 +70,6 @@ class SetRows:
     def __call__(self, mask: int) -> np.ndarray:
         row = self.seen.get(mask)
         if row is None:
-            row = self.table.inside(np.array([mask], dtype=np.int64))[0]
+            row = self.table.inside(device_sets.from_ints([mask], self.table.sets.shape[1]))[0]
             row = self.seen[mask] = row if self.scale is None else row * self.scale
         return row

@@ -5,7 +5,7 @@ capacity and budget hold by construction:
 * swap — a replica of a on chiplet c and a replica of b on chiplet d trade places;
 * replace — a replica of a on c becomes a replica of b on c.
 
-A replica set is a bit mask (bit c: a replica on chiplet c).
+A replica set is a Python-int bit mask (bit c: a replica on chiplet c), of any width.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import masks_of
+from comoe_opt.best_split.cut_condition import int_masks
 from comoe_opt.residency.problem import ResidencyProblem
 
 
@@ -32,7 +32,7 @@ class MoveRules:
     def of(cls, problem: ResidencyProblem, layer: int) -> MoveRules:
         experts = problem.experts
         leased = problem.leased
-        lease = [int(m) for m in masks_of(leased[layer])] if leased is not None else [0] * experts
+        lease = int_masks(leased[layer]) if leased is not None else [0] * experts
         owns = [t.owns[layer] for t in problem.tenants]
         owner = np.array(owns, dtype=np.int64) if owns else np.zeros((0, experts), dtype=np.int64)
         return cls(lease, owner, problem.max_replicas, problem.all_resident)

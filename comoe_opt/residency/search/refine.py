@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import (
     CutTable,
     cut_condition_applies,
     enumerable,
+    int_masks,
     masks_of,
     resident_of,
     speeds_of,
@@ -115,11 +117,8 @@ class _LayerRounds:
         resident, room = plan
         work = self.problem.scenario_work[:, self.layer, :, 0]
         z, masks = bottlenecks(work, resident, self.speeds)
-        chiplets = resident.shape[1]
-        sets = set((base_pool(chiplets) if pool is None else pool.sets).tolist())
-        sets.update(int(m) for m in masks)
-        everything = (1 << chiplets) - 1
-        table = CutTable.of_sets(np.array([*sorted(sets - {everything}), everything]), self.speeds)
+        base = base_pool(resident.shape[1]) if pool is None else pool.sets
+        table = CutTable.pool(np.concatenate([base, masks]), self.speeds)
         search = _LayerSearch(self.problem, table, resident, self.layer, room.copy())
         return search.value - search.balance + self.problem.batches * float(z.mean()), table
 
@@ -162,13 +161,14 @@ class _LayerSearch:
         self.p, self.table, self.layer, self.room = problem, table, layer, room
         self.chiplets = resident.shape[1]
         self.work = problem.scenario_work[:, layer, :, 0]  # [S, E] on a unit-speed chiplet
-        self.masks = masks_of(resident)
+        self.masks = int_masks(resident)  # each expert's replica set, for the moves
+        self.packed = masks_of(resident)  # the same [E, W], for the sums over sets
         self.rules = MoveRules.of(problem, layer)
         self.owner = self.rules.owner
         experts = resident.shape[0]
         self._row = SetRows(table)  # each replica set's row of the enumeration, as seen
         self.terms = ExpertTerms(problem, layer)
-        self._set_sets(self.work @ table.inside(self.masks))  # [S, sets]
+        self._set_sets(self.work @ table.inside(self.packed))  # [S, sets]
         per_expert = sum(self._expert(e, self.masks[e]) for e in range(experts))
         self.value = self.balance + per_expert
         self.slot_e, self.slot_c = (a.astype(np.int64) for a in np.nonzero(resident))
@@ -176,7 +176,7 @@ class _LayerSearch:
         self.candidates = np.flatnonzero(demand)
 
     def resident(self) -> np.ndarray:
-        return resident_of(self.masks, self.chiplets)
+        return resident_of(self.packed, self.chiplets)
 
     # -------------------------------------------------------- objective parts
 
@@ -244,9 +244,10 @@ class _LayerSearch:
         if drawn is None:
             return None
         s = int(rng.choice(worst.size, p=drawn))
-        bottleneck = int(self.table.sets[worst[s]])
-        confined = np.flatnonzero((self.masks != 0) & ((self.masks & ~bottleneck) == 0) & (self.work[s] > 0))
-        outside = np.flatnonzero(((bottleneck >> self.slot_c) & 1) == 0)
+        bottleneck = self.table.sets[worst[s]]  # [W]
+        held = (self.packed != 0).any(axis=1) & ((self.packed & ~bottleneck) == 0).all(axis=1)
+        confined = np.flatnonzero(held & (self.work[s] > 0))
+        outside = np.flatnonzero(~resident_of(bottleneck, self.chiplets)[self.slot_c])
         if confined.size == 0 or outside.size == 0:
             return None
         weight = self.work[s, confined]
@@ -287,6 +288,7 @@ class _LayerSearch:
             self.room -= self.owner[:, b] * (popcount(move.new_b) - popcount(int(self.masks[b])))
             self.room -= self.owner[:, a] * (popcount(move.new_a) - popcount(int(self.masks[a])))
         self.masks[a], self.masks[b] = move.new_a, move.new_b
+        self.packed[[a, b]] = device_sets.from_ints([move.new_a, move.new_b], self.packed.shape[1])
         self._set_sets(in_sets, ratio)
         self.value = value
         return True
