@@ -20,12 +20,14 @@ from comoe_opt.bench.provenance import commit, machine
 from comoe_opt.instance import Instance, load_instance, with_overrides
 from comoe_opt.planning import plan_window
 from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling, Run, replay
+from comoe_opt.replay.planners import EplbOnSteps
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.trace import instance_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 GPTOSS = ROOT / "instances" / "real-gptoss20b.toml"
+PORT = "EPLB port"  # the drop-in replay's timing reference: our EPLB port called directly
 REGIMES_DIR = ROOT / "instances" / "regimes"
 
 
@@ -134,11 +136,14 @@ def slug(key: str) -> str:
 
 
 def dropin_planners(instance: Instance, steps: np.ndarray, **extra: Planner) -> dict[str, Planner]:
-    """EPLB (the `eplb` heuristic through the rolling horizon), the drop-in with each dispatch at its
+    """EPLB (the `eplb` heuristic through the rolling horizon, as compare's peer), the EPLB port
+    called as an engine calls it (`deepseek_eplb` on the history's sum: the same plans, and the
+    time the drop-in's planning time is measured against), the drop-in with each dispatch at its
     defaults, and any `extra` planners under their own names."""
     layout = EplbLayout.of(instance, steps, "the drop-in replay")
     return {
         "EPLB": Rolling(instance, "eplb"),
+        PORT: EplbOnSteps(layout),
         "ours, even": DropIn(layout, "even", label="ours, even"),
         "ours, lp": DropIn(layout, "lp", label="ours, lp"),
         **extra,

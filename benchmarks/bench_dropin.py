@@ -28,7 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import RESULTS, ROOT, describe, dropin_planners, dropin_runs, dropin_table, p95, script_args
+from _common import (
+    PORT,
+    RESULTS,
+    ROOT,
+    describe,
+    dropin_planners,
+    dropin_runs,
+    dropin_table,
+    p95,
+    script_args,
+)
 
 from comoe_opt.balancers.dropin.rebalance import rebalance_experts
 from comoe_opt.balancers.engines import ENGINES
@@ -385,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     instance = gptoss_instance(counts, args.in_flight)
     plans, engines_note = planners(instance, counts, not (args.no_engines or args.smoke))
     if args.only:
-        plans = {k: v for k, v in plans.items() if k == "EPLB" or k in args.only}
+        plans = {k: v for k, v in plans.items() if k in ("EPLB", PORT) or k in args.only}
     runs = dropin_runs(instance, counts, plans)
     cases = [] if args.smoke else timing_cases(counts)
     timing, ratios = side_by_side(load_upstream(args.upstream_eplb), cases)

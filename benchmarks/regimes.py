@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 from _common import (
+    PORT,
     REGIMES,
     RESULTS,
     ROOT,
@@ -93,7 +94,8 @@ def dropin(instance: Instance, steps: np.ndarray) -> dict[str, Run]:
     planned in hindsight and cross-fitted (the room a prediction has)."""
     runs = dropin_runs(instance, steps, dropin_planners(instance, steps))
     for foresight in FORESIGHTS[1:]:
-        more = dropin_runs(instance, steps, dropin_planners(instance, steps), foresight)
+        planners = {k: v for k, v in dropin_planners(instance, steps).items() if k != PORT}  # timing only
+        more = dropin_runs(instance, steps, planners, foresight)
         runs.update({f"{name} ({foresight})": run for name, run in more.items()})
     return runs
 
@@ -124,13 +126,13 @@ def dropin_targets(runs: dict[str, Run], steps: np.ndarray) -> list[str]:
             f" best split: EPLB {100 * room['EPLB', 'lp']:+.1f}%,"
             f" ours lp {100 * room['ours, lp', 'lp']:+.1f}%"
         )
-    port_s = float(np.median(runs["EPLB"].plan_s))
+    port_s = float(np.median(runs[PORT].plan_s))  # the port called directly, as an engine does
     for name in ("ours, even", "ours, lp"):
         copies = runs[name].copies_per_replan() / max(runs["EPLB"].copies_per_replan(), 1e-12)
         slower = float(np.median(runs[name].plan_s)) / port_s
         out.append(
             f"- {name}: copies {copies:.3f} of EPLB's (target 0.1): {_mark(copies <= 0.1)}; median plan time"
-            f" {slower:.1f}x the EPLB port (through the rolling horizon)"
+            f" {slower:.1f}x the EPLB port (called directly on the same history)"
         )
     return out
 

@@ -35,7 +35,10 @@ def test_a_peer_scores_the_same_in_compare_in_the_suites_and_directly(case):
     result = compare(instance, steps, CompareSettings(peers=("eplb",), bound_windows=1))
     rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
     direct = replay(Rolling(instance, "eplb"), steps, spans, instance.policy.history_windows)
-    suite = _common.dropin_runs(instance, steps, {"EPLB": Rolling(instance, "eplb")})["EPLB"]
+    suite_runs = _common.dropin_runs(instance, steps, _common.dropin_planners(instance, steps))
+    suite = suite_runs["EPLB"]
+    port = suite_runs[_common.PORT]  # the port called directly: the same plans, its own time
+    assert [p.resident.tolist() for p in port.placements] == [p.resident.tolist() for p in suite.placements]
     assert [p.resident.tolist() for p in direct.placements] == [p.resident.tolist() for p in suite.placements]
     for routing in ("even", "lp", "flow"):
         from_compare = _untimed(rows["eplb", routing])
