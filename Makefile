@@ -27,7 +27,7 @@ docs: $(STAMP)  # regenerate the instance-key reference in docs/instances.md
 # every top-level benchmark script is in one of the two lists or is `calibrate`'s (a test checks);
 # each writes its table to benchmarks/results/ with the machine it ran on
 BENCHMARKS := bench_tracegen bench_mapping bench_residency bench_scenarios bench_runner real_trace scenario_sampling
-LONG_BENCHMARKS := bench_dropin bench_certificate regimes regime_map
+LONG_BENCHMARKS := bench_dropin bench_scale bench_certificate regimes regime_map
 
 bench: $(STAMP)  # the quick ones: about half an hour on two cores
 	set -e; for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py; done

@@ -128,6 +128,45 @@ REGIMES = (
 )
 
 
+SCALE_DIR = ROOT / "instances" / "scale"
+# The scale suite: the deployments where expert balancing pays (32-144 GPUs, 128-384 experts), on
+# the same generator; DeepSeek-V3 EP32 calibrated to TensorRT-LLM's published EP32 statistics, the
+# rest take its routing constants (each instance file says which figures are assumed)
+SCALE = (
+    Regime(
+        "DeepSeek-V3 EP32",
+        SCALE_DIR / "deepseek-v3-ep32-prefill.toml",
+        64,
+        "TensorRT-LLM's DeepSeek-R1 at EP32: static (max - mean)/mean 1.56 (per layer 0.46-2.46);"
+        " EPLB 0.115 (EP36, 288 slots)",
+        frontier=False,
+    ),
+    Regime(
+        "DeepSeek-V3 EP144",
+        SCALE_DIR / "deepseek-v3-ep144-decode.toml",
+        64,
+        "EP32's constants",
+        frontier=False,
+    ),
+    Regime("Kimi-K2 EP64", SCALE_DIR / "kimi-k2-ep64.toml", 64, "EP32's constants (assumed)", frontier=False),
+    Regime(
+        "Qwen3-235B EP16",
+        SCALE_DIR / "qwen3-235b-ep16.toml",
+        64,
+        "EP32's constants (assumed)",
+        frontier=False,
+    ),
+    Regime(
+        "Qwen3-235B EP32",
+        SCALE_DIR / "qwen3-235b-ep32.toml",
+        64,
+        "EP32's constants (assumed)",
+        frontier=False,
+    ),
+)
+SUITES = {"regimes": REGIMES, "scale": SCALE}
+
+
 def slug(key: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in key.lower()).strip("-")
 

@@ -6,7 +6,11 @@ figures; the calibrated constants say which) and the real GPT-OSS-20B trace
 (`instances/real-gptoss20b.toml`). Each run is bounded (the first `steps` steps of each regime) so
 that the suite ends in well under an hour on two shared cores.
 
-    .venv/bin/python benchmarks/regimes.py [--only A,B] [--no-frontier] [--steps N]
+    .venv/bin/python benchmarks/regimes.py [--suite scale] [--only A,B] [--no-frontier] [--steps N]
+
+`--suite scale` runs the scale suite (instances/scale/: 16-144 GPUs, 128-384 experts) into
+results/regimes-scale.md, its parts in results/regimes-scale/ and its drop-in replay in
+results/regimes-scale-dropin.md.
 """
 
 from __future__ import annotations
@@ -21,9 +25,9 @@ from typing import Any
 import numpy as np
 from _common import (
     PORT,
-    REGIMES,
     RESULTS,
     ROOT,
+    SUITES,
     Regime,
     describe,
     dropin_planners,
@@ -257,10 +261,10 @@ def summary_row(key: str, result: dict[str, Any], front: dict[str, Any] | None) 
     )
 
 
-def summary(parts: Path) -> list[str]:
+def summary(parts: Path, regimes: tuple[Regime, ...]) -> list[str]:
     """The suite's targets per regime, from the parts present (compared regimes only)."""
     rows = []
-    for regime in REGIMES:
+    for regime in regimes:
         path = parts / f"{slug(regime.key)}.json"
         raw = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         if raw.get("compare"):
@@ -375,11 +379,13 @@ def run_regime(regime: Regime, steps_override: int, with_frontier: bool) -> dict
 
 # The drop-in's move cost in the suite's frontier: free, its default, 8x its default.
 SUITE_MOVE_COSTS = (0.0, 0.002, 0.016)
-PARTS = RESULTS / "regimes"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--suite", choices=sorted(SUITES), default="regimes", help="which suite (default: regimes)"
+    )
     parser.add_argument("--only", help="comma-separated regime keys (default: all)")
     parser.add_argument(
         "--steps", type=int, default=0, help="first N steps of every regime (0: each its own)"
@@ -393,7 +399,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     script_args(parser, RESULTS / "regimes.md")
     args = parser.parse_args(argv)
-    parts = PARTS
+    regimes, name = SUITES[args.suite], "regimes" if args.suite == "regimes" else f"regimes-{args.suite}"
+    if args.output == RESULTS / "regimes.md":
+        args.output = RESULTS / f"{name}.md"
+    parts = RESULTS / name
     if args.smoke:  # one small regime, a few steps, no frontier, its part beside the output
         args.only, args.steps, args.no_frontier = "C", 12, True
         parts = args.output.parent / "regimes-parts"
@@ -401,11 +410,12 @@ def main(argv: list[str] | None = None) -> int:
         for part in sorted(parts.glob("*.json")):
             if json.loads(part.read_text(encoding="utf-8"))["compare"] is not None:
                 retarget(parts, part.stem)
-        collect(args.output, parts)
+        collect(args.output, parts, regimes)
         return 0
-    chosen = [r for r in REGIMES if not args.only or r.key in args.only.split(",")]
+    chosen = [r for r in regimes if not args.only or r.key in args.only.split(",")]
     if args.dropin_only:
-        return dropin_only(chosen, args.steps, RESULTS / "regimes-dropin.md", parts)
+        notes = DROPIN_NOTES if args.suite == "regimes" else []
+        return dropin_only(chosen, args.steps, RESULTS / f"{name}-dropin.md", parts, notes)
     parts.mkdir(parents=True, exist_ok=True)
     for regime in chosen:
         print(f"--- {regime.key}", flush=True)
@@ -422,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         (parts / f"{slug(regime.key)}.json").write_text(
             json.dumps(raw, indent=1, default=float), encoding="utf-8"
         )
-    collect(args.output, parts)
+    collect(args.output, parts, regimes)
     return 0
 
 
@@ -431,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
 DROPIN_NOTES = [*(RESULTS / "regimes-dropin-notes.md").read_text().splitlines(), ""]
 
 
-def dropin_only(chosen: list[Regime], steps_override: int, output: Path, parts: Path) -> int:
+def dropin_only(
+    chosen: list[Regime], steps_override: int, output: Path, parts: Path, notes: list[str]
+) -> int:
     """The drop-in replay alone for each regime: its targets and table, one file."""
     lines = [
         "# The drop-in replay on the regime suite",
@@ -462,7 +474,7 @@ def dropin_only(chosen: list[Regime], steps_override: int, output: Path, parts: 
         print("\n".join(part), flush=True)
         lines += part
         splice_dropin(parts / f"{slug(regime.key)}.md", runs, steps, instance)
-    lines += DROPIN_NOTES
+    lines += notes
     lines.append(describe() + " Two cores shared with other jobs: seconds are inflated; ratios count.")
     output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return 0
@@ -493,7 +505,7 @@ def splice_dropin(path: Path, runs: dict[str, Run], steps: np.ndarray, instance:
     path.write_text(text[:start] + table + text[stop:], encoding="utf-8")
 
 
-def collect(output: Path, parts_dir: Path) -> None:
+def collect(output: Path, parts_dir: Path, regimes: tuple[Regime, ...]) -> None:
     """regimes.md from the regimes' parts present, in suite order."""
     head = [
         "# The regime suite",
@@ -513,9 +525,9 @@ def collect(output: Path, parts_dir: Path) -> None:
         " inflated; ratios within one run count.",
         "",
     ]
-    parts = [parts_dir / f"{slug(r.key)}.md" for r in REGIMES]
+    parts = [parts_dir / f"{slug(r.key)}.md" for r in regimes]
     body = [p.read_text(encoding="utf-8") for p in parts if p.is_file()]
-    output.write_text("\n".join(head + summary(parts_dir) + body), encoding="utf-8")
+    output.write_text("\n".join(head + summary(parts_dir, regimes) + body), encoding="utf-8")
 
 
 if __name__ == "__main__":

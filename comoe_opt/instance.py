@@ -302,6 +302,14 @@ class SyntheticTrace:
         default="decode",
     )
 
+    def generated_tokens(self) -> int:
+        """Tokens the generator draws: the steps' own, and for decode batching whole requests for
+        about two mean lengths beyond them (trace/synthetic.py's `_requests` says why)."""
+        extra = 1
+        if self.sequence_tokens and self.batching == "decode":
+            extra = int(self.sequence_tokens * (np.log(self.tokens_per_batch) + 2))
+        return (self.micro_batches + extra) * self.tokens_per_batch
+
 
 @dataclass(frozen=True)
 class FileTrace:
@@ -646,12 +654,15 @@ def _check_sizes(model: ModelShape, hardware: Hardware, trace: TraceSource, sour
             " (the slow loop keeps arrays of that size)",
         )
     if isinstance(trace, SyntheticTrace):
-        routes = trace.micro_batches * trace.tokens_per_batch * model.layers * model.top_k
+        routes = trace.generated_tokens() * model.layers * model.top_k
         if routes > MAX_TRACE_ROUTES:
+            drawn = "micro_batches x tokens_per_batch"
+            if trace.generated_tokens() > (trace.micro_batches + 1) * trace.tokens_per_batch:
+                drawn = "tokens drawn (decode batching: whole requests, ~2 mean lengths past the steps)"
             raise InputError(
                 source,
                 "trace.micro_batches",
-                f"micro_batches x tokens_per_batch x layers x top_k = {routes:,} routes exceeds"
+                f"{drawn} x layers x top_k = {routes:,} routes exceeds"
                 f" {MAX_TRACE_ROUTES:,} (the generated trace would not fit in memory)",
             )
         check_synthetic(model, trace, source)

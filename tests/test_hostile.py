@@ -156,6 +156,19 @@ def test_products_of_sizes_have_limits(tmp_path: Path, cli, table) -> None:
     )
 
 
+def test_decode_batching_counts_the_whole_requests_it_draws(tmp_path: Path, cli, table) -> None:
+    """64 steps of 9,216 in flight fit the routes limit, but decode batching draws whole requests
+    for ~2 mean lengths past the steps: 512-token requests would allocate 46 GiB."""
+    table["model"].update(layers=58, experts_per_layer=256, top_k=8)
+    table["hardware"].update(chiplets=32, nop_hops=1)
+    table["trace"].update(micro_batches=64, tokens_per_batch=9216, sequence_tokens=512, batching="decode")
+    cli("instance", "show", write_instance(tmp_path, table)).assert_user_error(
+        "trace.micro_batches", "tokens drawn (decode batching", "routes exceeds"
+    )
+    table["trace"].update(sequence_tokens=16, batching="token-order")  # the steps' own tokens only
+    assert cli("instance", "show", write_instance(tmp_path, table)).code == 0
+
+
 @pytest.mark.parametrize(
     ("args", "needles"),
     [

@@ -89,10 +89,7 @@ def _requests(spec: SyntheticTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     keeps `micro_batches`.
     """
     rng = np.random.default_rng([spec.seed, _REQUEST_STREAM])
-    extra = (
-        int(spec.sequence_tokens * (np.log(spec.tokens_per_batch) + 2)) if spec.batching == "decode" else 1
-    )
-    wanted = (spec.micro_batches + extra) * spec.tokens_per_batch
+    wanted = spec.generated_tokens()
     lengths = np.empty(0, dtype=np.int64)
     while lengths.sum() < wanted:
         more = max(1, (wanted - int(lengths.sum())) // spec.sequence_tokens + 1)
