@@ -17,7 +17,7 @@ from comoe_opt.best_split.even import slot_replicas
 
 SHAPE = ds.Shape(8, 1, "even")
 LIFE = DEFAULT.half_life
-UNCHECKED = replace(DEFAULT, cross_block=None)  # no check on the halves of the steps
+UNCHECKED = replace(DEFAULT, cross_block=None, eplb_guard=False)  # the search alone, no halves check
 
 
 def _steps(seed: int, steps: int = 64, layers: int = 3, experts: int = 32) -> np.ndarray:
@@ -120,7 +120,10 @@ IN_SERVICE = np.array([[0, 1, 2, 3]])
 def test_a_move_that_only_one_half_of_the_steps_asks_for_is_rejected():
     assert DEFAULT.cross_block == 8
     args = (ONE_HALF.sum(axis=0), 4, 1, 1, 2)
-    kept = comoe_opt.rebalance_experts(*args, history=ONE_HALF, previous=IN_SERVICE, moves=1000)[0]
+    search_only = replace(DEFAULT, eplb_guard=False)  # the search's own choice (guard.py aside)
+    kept = comoe_opt.rebalance_experts(
+        *args, history=ONE_HALF, previous=IN_SERVICE, moves=1000, config=search_only
+    )[0]
     assert np.array_equal(kept, IN_SERVICE)
     # without the check, the search moves: the move lowers the objective on the whole history by
     # far more than its price, and on half B it raises it

@@ -43,6 +43,9 @@ class SearchConfig:
     chunk: int = 25_000  # even: moves scored at once (bounds memory and the overrun of a deadline)
     extra_moves: int = 3  # even: further moves per layer and pass, each re-scored before applied
     max_iterations: int = 10_000  # a guard: every applied move lowers the objective anyway
+    # a layer keeps the search's map only where it balances the newest steps at least as well as
+    # EPLB's plan (guard.py; False: the search's map serves as it is, for tests and ablations)
+    eplb_guard: bool = True
     # The search's work, counted in what it takes on a typical machine (nanoseconds of one core of
     # the project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs,
     # GPT-OSS and DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a

@@ -44,6 +44,7 @@ from comoe_opt.balancers.dropin import backtest
 from comoe_opt.balancers.dropin.backtest import Backtest
 from comoe_opt.balancers.dropin.config import DEFAULT, SearchConfig, Work
 from comoe_opt.balancers.dropin.even_search import EvenSearch
+from comoe_opt.balancers.dropin.guard import guarded
 from comoe_opt.balancers.dropin.lp_search import LpSearch
 from comoe_opt.balancers.dropin.objective import (
     Moments,
@@ -134,6 +135,8 @@ class Report:
     seconds: float
     stopped_by_work: bool = False  # the work budget did (the plan is still the input's alone)
     backtest: Backtest | None = None  # the constants chosen and the scores behind them
+    # layers where EPLB's plan balanced the newest steps better than the search's and serves (guard.py)
+    eplb_layers: tuple[int, ...] = ()
 
     @property
     def redundancy_measurable(self) -> bool | None:
@@ -158,6 +161,11 @@ class Report:
             lines.append(
                 f"redundant slots lower EPLB's max/mean by {100 * self.redundancy_gain:.2f}%"
                 f" ± {100 * (self.redundancy_noise or 0.0):.2f}% on these steps: {verdict}"
+            )
+        if self.eplb_layers:
+            lines.append(
+                f"EPLB's plan balanced the newest steps better on {len(self.eplb_layers)} layer(s) and"
+                f" serves there: {', '.join(map(str, self.eplb_layers))}"
             )
         if self.backtest is not None:
             lines.append(self.backtest.summary())
@@ -252,6 +260,7 @@ def rebalance_experts(
     if prev is not None:  # slots are renumbered at the end: the score sees only each GPU's experts
         eplb_map = align_gpus(eplb_map, prev, experts, num_gpus, shape.nodes)
     plan, stopped, tested, life_used = eplb_map, False, None, config.half_life
+    eplb_layers = np.zeros(0, dtype=np.int64)
     if method == "comoe":
         expired, left = _clock_cap(clock, began, budget)
         call = _Call(
@@ -262,6 +271,8 @@ def rebalance_experts(
         plan, stopped, tested, life_used = _plan_comoe(
             call, eplb_map, w, raw, (move_cost, life, smooth), calibrate, work
         )
+        if config.eplb_guard:  # the caller's price, when given, weighs EPLB's moves (guard.py)
+            plan, eplb_layers = guarded(plan, eplb_map, w, shape, prev_n, move_cost)
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     out: tuple[Any, ...] = maps_of(plan, experts)
@@ -275,7 +286,7 @@ def rebalance_experts(
         by_work = stopped and work.spent
         report = _replace(report, stopped_by_time=stopped and not by_work, stopped_by_work=by_work)
         report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
-        report = _replace(report, backtest=tested)
+        report = _replace(report, backtest=tested, eplb_layers=tuple(int(x) for x in eplb_layers))
         out = (*out, report)
     return _as_input(out, weight)
 
