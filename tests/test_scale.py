@@ -118,3 +118,28 @@ def test_the_drop_ins_lp_plans_past_62_gpus(devices):
     )
     assert plan.shape == (layers, slots) and (logcnt >= 1).all() and (logcnt.sum(axis=1) == slots).all()
     assert report.objective <= report.eplb_objective + 1e-9  # never worse, exactly, than its start
+
+
+def test_the_lp_searchs_kept_pool_sums_are_the_fresh_ones_past_12_gpus():
+    """Past the enumerable GPUs a move recomputes only its two experts' rows of the pool's
+    membership and adds their change to the steps' sums: after a search that moved, every layer's
+    sums equal (to float32 round-off) the ones built afresh from its plan."""
+    from comoe_opt.balancers.dropin.config import Work
+    from comoe_opt.balancers.dropin.lp_search import LpSearch
+    from comoe_opt.balancers.dropin.objective import Shape, normalised
+    from comoe_opt.balancers.eplb import deepseek_eplb
+    from comoe_opt.best_split.cut_condition import inside, masks_of
+
+    rng = np.random.default_rng(0)
+    layers, experts, gpus = 2, 64, 16
+    steps = rng.poisson(rng.gamma(0.4, 20.0, size=(layers, experts)), size=(12, layers, experts)).astype(
+        float
+    )
+    start = deepseek_eplb(steps.sum(axis=0), experts + gpus, 1, 1, gpus)[0]
+    w = normalised(steps.transpose(1, 0, 2), gpus)
+    search = LpSearch(start, w, Shape(gpus, 1, "lp"), None, 0.0, np.random.default_rng(1), work=Work())
+    search.run(lambda: False, iterations=40)
+    assert search.objective.sum() < search.start_objective.sum()  # it moved
+    for layer in range(layers):
+        fresh = search.w[layer] @ inside(masks_of(search.n[layer] > 0), search.sets[layer], np.float32)
+        assert np.allclose(search.in_sets[layer], fresh, rtol=1e-5, atol=1e-6)  # float32 sums

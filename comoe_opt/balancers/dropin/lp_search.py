@@ -59,6 +59,9 @@ class LpSearch(Search):
         self.target_n = None if target is None else slot_replicas(target, self.experts, shape.gpus)
         self.sets = [base_pool(shape.gpus) for _ in range(self.layers)] if pools is None else pools
         self.in_sets: list[np.ndarray] = [np.empty(0)] * self.layers  # [S, sets] work inside each set
+        # [E, sets] whether each expert's replicas all lie in each set, kept while the pool holds
+        # (past the enumerable GPUs a search's pools are fixed): a move changes two experts' rows
+        self.inside: list[np.ndarray | None] = [None] * self.layers
         self.per_step = np.zeros((self.layers, self.steps))  # each step's current makespan
         for layer in range(self.layers):  # the start's scores are not the search's work
             self.per_step[layer] = self._layer_spans(layer, charge=False)
@@ -77,13 +80,22 @@ class LpSearch(Search):
     def enumerated(self) -> bool:
         return self.shape.gpus <= MAX_ENUMERATED_CHIPLETS
 
-    def _layer_spans(self, layer: int, charge: bool = True) -> np.ndarray:
+    def _layer_spans(self, layer: int, charge: bool = True, changed: tuple[int, ...] = ()) -> np.ndarray:
         """Refresh the layer's pool sums; its per-step makespans: exact when the sets can be
-        enumerated (each step's bottleneck joins the pool), else on the pool."""
+        enumerated (each step's bottleneck joins the pool), else on the pool, where only the
+        `changed` experts' rows of the layer's `inside` are recomputed (all when none are named)."""
         if self.enumerated:
             spans, worst = self._enumerated(self.masks(layer), layer, charge)
             self.sets[layer] = device_sets.union(self.sets[layer], worst)
-        self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
+            self.inside[layer] = None  # the pool grew
+        kept = self.inside[layer]
+        if self.enumerated or kept is None or not changed:
+            self.in_sets[layer] = self.w[layer] @ self._inside(layer)
+        else:  # two experts' rows changed: their columns of the steps' work move in or out of sets
+            rows = np.asarray(changed)
+            before = kept[rows].copy()
+            delta = self._inside(layer, changed)[rows] - before  # [changed, sets]
+            self.in_sets[layer] = self.in_sets[layer] + self.w[layer][:, rows] @ delta
         if self.enumerated:
             return spans
         return (self.in_sets[layer] / set_sizes(self.sets[layer])).max(axis=-1)
@@ -111,8 +123,26 @@ class LpSearch(Search):
         if value < self.objective[layer] - 1e-9 * max(1.0, abs(self.objective[layer])):
             return True
         self.sets[layer] = device_sets.union(self.sets[layer], worst)
-        self.in_sets[layer] = self.w[layer] @ inside(self.masks(layer), self.sets[layer], np.float32)
+        self.inside[layer] = None  # the pool grew
+        self.in_sets[layer] = self.w[layer] @ self._inside(layer)
         return False
+
+    def _inside(self, layer: int, changed: tuple[int, ...] = ()) -> np.ndarray:
+        """[E, sets] of the layer's pool (float32), its `changed` rows recomputed when the rest is
+        kept; past the enumerable GPUs each (expert, set) recomputed costs `ns_per_expert_set` of
+        the work (below, the exact split's own charge, `_enumerated`, is far larger)."""
+        kept = self.inside[layer]
+        if kept is None or not changed:
+            kept = inside(self.masks(layer), self.sets[layer], np.float32)
+            cells = kept.size
+        else:
+            rows = np.asarray(changed)
+            kept[rows] = inside(masks_of(self.n[layer, rows] > 0), self.sets[layer], np.float32)
+            cells = rows.size * kept.shape[1]
+        if not self.enumerated:
+            self.work.spend(self.config.ns_per_expert_set * cells)
+        self.inside[layer] = kept
+        return kept
 
     # -------------------------------------------------------------- moves
 
@@ -227,7 +257,7 @@ class LpSearch(Search):
     def _apply(self, c: Candidates, row: int, k: int) -> None:
         self._place(c, np.array([row]), np.array([k]))
         layer = int(c.layer[row])
-        self.per_step[layer] = self._layer_spans(layer)
+        self.per_step[layer] = self._layer_spans(layer, changed=(int(c.e[row, k]), int(c.f[row, k])))
         self.objective[layer] = self._objective(np.array([layer]))[0]
 
     # -------------------------------------------------------------- driver
