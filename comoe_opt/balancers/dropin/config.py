@@ -46,6 +46,11 @@ class SearchConfig:
     # a layer keeps the search's map only where it balances the newest steps at least as well as
     # EPLB's plan (guard.py; False: the search's map serves as it is, for tests and ablations)
     eplb_guard: bool = True
+    # standard errors by which EPLB's lead on the newest steps must exceed its noise: 0 chosen on
+    # the regime suite among 0, 1, 2 and no guard, the one value that left no regime's drop-in P95
+    # above EPLB's (1: C +0.3%; 2: B +0.2%; none: B +0.5%, C +0.3%, DeepSeek-V3 +11.8%), at the
+    # most copies (benchmarks/results/regimes-dropin.md)
+    guard_z: float = 0.0
     # The search's work, counted in what it takes on a typical machine (nanoseconds of one core of
     # the project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs,
     # GPT-OSS and DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a

@@ -41,20 +41,25 @@ def guarded(
     shape: Shape,
     prev_n: np.ndarray | None = None,
     price: float | None = None,
+    z: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(the plan served, the layers where EPLB's serves): `plan` [layers, slots] with each layer
     that balances the newest steps of `w` (mean per-step max/mean GPU load under the dispatch)
     worse than `eplb_map` replaced by EPLB's (ties keep ours: it moves fewer experts). With a
     `price` and the map in service's replica counts `prev_n` [layers, E, G], each plan's experts
-    moved off that map cost `price` each on top of its balance."""
+    moved off that map cost `price` each on top of its balance. With `z`, EPLB's lead must exceed
+    `z` standard errors of the per-step difference (a lead within them is as likely noise)."""
     newest = newest_steps(w)
-    ours = scores(plan, newest, shape).mean(axis=1)
-    theirs = scores(eplb_map, newest, shape).mean(axis=1)
+    diff = scores(plan, newest, shape) - scores(eplb_map, newest, shape)  # [layers, steps]: ours - EPLB's
+    gain = diff.mean(axis=1)  # EPLB's lead on the newest steps
     if price is not None and prev_n is not None:
         experts = w.shape[-1]
-        ours = ours + price * moved(slot_replicas(plan, experts, shape.gpus), prev_n)
-        theirs = theirs + price * moved(slot_replicas(eplb_map, experts, shape.gpus), prev_n)
-    loses = np.flatnonzero(theirs < ours - 1e-12 * np.maximum(1.0, ours))
+        gain += price * moved(slot_replicas(plan, experts, shape.gpus), prev_n)
+        gain -= price * moved(slot_replicas(eplb_map, experts, shape.gpus), prev_n)
+    noise = np.zeros_like(gain)
+    if z and diff.shape[1] > 1:  # z standard errors of the per-step difference
+        noise = z * diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+    loses = np.flatnonzero(gain > noise + 1e-12)
     if loses.size == 0:
         return plan, loses
     served = plan.copy()
