@@ -197,3 +197,28 @@ def test_gptoss_decode_steps(gptoss_trace) -> None:
     assert batches.dropped_tokens == gptoss_trace.tokens - grid.size
     assert batches.dropped_tokens < gptoss_trace.tokens // 10
     assert np.array_equal(batches.experts, np.asarray(gptoss_trace.topk)[grid])
+
+
+@given(st.integers(1, 40), st.integers(4, 300), st.integers(0, 2**16))
+def test_step_counts_in_chunks_are_the_whole_trace_counts(chunk, tokens, seed) -> None:
+    """Counting a few steps at a time (COUNT_CHUNK_ROUTES) gives every step's counts exactly."""
+    import comoe_opt.trace.batching as batching
+
+    rng = np.random.default_rng(seed)
+    layers, experts, top_k = 3, 6, 2
+    topk = np.stack([rng.permutation(experts)[:top_k] for _ in range(tokens * layers)])
+    trace = Trace(topk=topk.reshape(tokens, layers, top_k).astype(np.int16), num_experts=experts)
+    batches = make_batches(trace, 4, "token-order")
+    whole = batches.experts.reshape(batches.batches, -1, layers, top_k)
+    expected = np.stack(
+        [
+            [np.bincount(whole[s, :, layer].ravel(), minlength=experts) for layer in range(layers)]
+            for s in range(batches.batches)
+        ]
+    )
+    saved = batching.COUNT_CHUNK_ROUTES
+    try:
+        batching.COUNT_CHUNK_ROUTES = chunk
+        assert np.array_equal(batching.step_counts(batches), expected)
+    finally:
+        batching.COUNT_CHUNK_ROUTES = saved

@@ -156,9 +156,22 @@ def history_span(spans: list[tuple[int, int]], w: int, count: int) -> tuple[int,
     return spans[max(0, w - count)][0], spans[w - 1][1]
 
 
+COUNT_CHUNK_ROUTES = 2**23  # routes counted at once: bounds step_counts' int64 temporaries (~64 MB each)
+
+
 def step_counts(batches: MicroBatches) -> np.ndarray:
-    """[steps, layers, experts] selections of each expert in each micro-batch (decode step)."""
+    """[steps, layers, experts] selections of each expert in each micro-batch (decode step),
+    counted a chunk of steps at a time (`COUNT_CHUNK_ROUTES`): a long trace is not widened to
+    int64 all at once."""
     n, layers, experts = batches.batches, batches.layers, batches.num_experts
-    flat = batches.experts.reshape(n, -1, layers, batches.top_k).astype(np.int64)
-    keys = (np.arange(n)[:, None, None, None] * layers + np.arange(layers)[None, None, :, None]) * experts
-    return np.bincount((keys + flat).ravel(), minlength=n * layers * experts).reshape(n, layers, experts)
+    routes = batches.experts.reshape(n, -1, layers, batches.top_k)
+    out = np.empty((n, layers, experts), dtype=np.int64)
+    chunk = max(1, COUNT_CHUNK_ROUTES // max(1, routes[0].size))
+    cells = (np.arange(layers) * experts)[None, None, :, None]
+    for first in range(0, n, chunk):
+        part = routes[first : first + chunk]
+        keys = (np.arange(part.shape[0])[:, None, None, None] * (layers * experts) + cells) + part
+        out[first : first + part.shape[0]] = np.bincount(
+            keys.ravel(), minlength=part.shape[0] * layers * experts
+        ).reshape(-1, layers, experts)
+    return out
