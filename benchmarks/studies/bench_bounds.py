@@ -28,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import argparse
 import json
 import math
-import sys
 import time
-from pathlib import Path
 
 from _common import describe
 

@@ -29,9 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from _common import GPTOSS, window_problem

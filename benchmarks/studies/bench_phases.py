@@ -27,9 +27,7 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
-from pathlib import Path
 
 from _common import describe
 

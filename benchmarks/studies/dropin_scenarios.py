@@ -18,13 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 
 import argparse
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from _common import REGIMES, ROOT, describe, dropin_planners, dropin_runs, dropin_table
 
-from comoe_opt.balancers.dropin.rebalance import rebalance_experts
 from comoe_opt.instance import load_instance
-from comoe_opt.replay import EplbLayout, Window
+from comoe_opt.replay import DropIn, EplbLayout, Window
 from comoe_opt.residency.placement import Placement
 from comoe_opt.stats.sparse import smoothed_scenarios
 from comoe_opt.trace import instance_batches
@@ -38,28 +38,20 @@ class OnScenarios:
     """The drop-in planned on as many smoothed multinomial scenarios as the history has steps."""
 
     layout: EplbLayout
-    dispatch: str
+    dispatch: Literal["even", "lp"]
 
     @property
     def name(self) -> str:
         return f"ours, {self.dispatch}, on scenarios"
 
     def plan(self, steps: np.ndarray, window: Window, in_service: Placement | None) -> Placement:
+        """The drop-in's own plan (replay.DropIn) with the history's steps replaced by as many
+        scenarios drawn at their smoothed rates."""
         history = steps[window.planned_on].astype(np.float64)
         scenarios, _ = smoothed_scenarios(history, history.shape[0])
-        previous = (
-            None
-            if in_service is None or in_service.slot_map is None
-            else in_service.slot_map.reshape(in_service.layers, -1)
-        )
-        phy2log = rebalance_experts(
-            scenarios.sum(axis=0),
-            *self.layout.eplb_args,
-            history=scenarios,
-            previous=previous,
-            dispatch=self.dispatch,
-        )[0]
-        return self.layout.placement(np.asarray(phy2log), steps.shape[2])
+        drawn = steps.astype(np.float64)
+        drawn[window.planned_on] = scenarios
+        return DropIn(self.layout, self.dispatch).plan(drawn, window, in_service)
 
 
 def run(key: str) -> list[str]:

@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from comoe_opt.balancers.dropin.backtest import HELD_BACK
 from comoe_opt.balancers.dropin.objective import Shape, moved, scores
 from comoe_opt.best_split.even import slot_replicas
 
-NEWEST_SHARE = 4  # the newest 1/4 of the history (at least one step): as backtest.HELD_BACK
-
 
 def newest_steps(w: np.ndarray) -> np.ndarray:
-    """The newest `1 / NEWEST_SHARE` of normalised steps `w` [layers, S, E], at least one."""
+    """The newest `1 / backtest.HELD_BACK` (a quarter) of normalised steps `w` [layers, S, E], at
+    least one: the steps the backtest holds back."""
     steps = w.shape[1]
-    return w[:, steps - max(1, steps // NEWEST_SHARE) :]
+    return w[:, steps - max(1, steps // HELD_BACK) :]
 
 
 def guarded(
