@@ -11,6 +11,9 @@ one run on one machine; the drop-in's plans are work-limited (deterministic), on
 The first table is the scale suite's shapes (instances/scale/); the curves vary one of GPUs or
 experts at a time.
 
+The third variant, `even by steps`, is the `even` search by steps the drop-in can opt into
+(`SearchConfig(step_search_gpus=12)`: balancers/dropin/step_search.py).
+
     .venv/bin/python benchmarks/bench_scale.py [--runs 3] [--steps 32] [--only even]
 """
 
@@ -25,10 +28,16 @@ import numpy as np
 from _common import RESULTS, describe, script_args
 
 from comoe_opt import rebalance_experts
+from comoe_opt.balancers.dropin.config import SearchConfig
 from comoe_opt.balancers.eplb import deepseek_eplb
 
 RESULT = RESULTS / "scale-plan-time.md"
-DISPATCHES = ("even", "lp")
+# the drop-in's variants: its dispatch, and the `even` search by steps it can opt into
+VARIANTS = {
+    "even": {"dispatch": "even"},
+    "even by steps": {"dispatch": "even", "config": SearchConfig(step_search_gpus=12)},
+    "lp": {"dispatch": "lp"},
+}
 
 
 @dataclass(frozen=True)
@@ -73,16 +82,15 @@ def best_of(runs: int, call: Callable[[], object]) -> float:
     return best
 
 
-def measure(shape: Shape, steps: int, runs: int, dispatches: tuple[str, ...]) -> dict[str, float]:
-    """Seconds of the EPLB port and of each dispatch's drop-in on one shape."""
+def measure(shape: Shape, steps: int, runs: int, variants: tuple[str, ...]) -> dict[str, float]:
+    """Seconds of the EPLB port and of each variant of the drop-in on one shape."""
     history = shape.history(steps)
     load = history.sum(axis=0)
     args = (shape.slots, shape.groups, shape.nodes, shape.gpus)
     seconds = {"EPLB port": best_of(runs, lambda: deepseek_eplb(load, *args))}
-    for dispatch in dispatches:
-        seconds[dispatch] = best_of(
-            runs, lambda d=dispatch: rebalance_experts(load, *args, history=history, dispatch=d)
-        )
+    for name in variants:
+        options = VARIANTS[name]
+        seconds[name] = best_of(runs, lambda o=options: rebalance_experts(load, *args, history=history, **o))
     return seconds
 
 
@@ -115,10 +123,10 @@ def main() -> None:
     parser.add_argument(
         "--steps", type=int, default=32, help="history steps per call (the suite's 4 windows of 8)"
     )
-    parser.add_argument("--only", choices=DISPATCHES, help="one dispatch only")
+    parser.add_argument("--only", choices=tuple(VARIANTS), help="one variant only")
     script_args(parser, RESULT)
     args = parser.parse_args()
-    dispatches = (args.only,) if args.only else DISPATCHES
+    dispatches = (args.only,) if args.only else tuple(VARIANTS)
     groups = {"The scale suite's shapes": SUITE, "Against GPUs (58 x 256)": BY_GPUS,
               "Against experts (58 layers, 32 GPUs)": BY_EXPERTS}  # fmt: skip
     if args.smoke:

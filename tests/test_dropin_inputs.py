@@ -160,3 +160,15 @@ def test_load_limit_is_the_count_files_limit():
     from comoe_opt.trace.counts import MAX_COUNT
 
     assert MAX_LOAD == MAX_COUNT
+
+
+def test_the_callers_arrays_are_not_changed():
+    # float64 inputs are used without a copy: nothing may write to them
+    rng = np.random.default_rng(3)
+    history = rng.poisson(20.0, size=(12, 3, 16)).astype(np.float64)
+    history[4] = 0.0  # an unused recorder row
+    weight = history.sum(axis=0)
+    kept_history, kept_weight = history.copy(), weight.copy()
+    for dispatch in ("even", "lp"):
+        comoe_opt.rebalance_experts(weight, 24, 2, 2, 8, history=history, dispatch=dispatch)
+    assert np.array_equal(history, kept_history) and np.array_equal(weight, kept_weight)

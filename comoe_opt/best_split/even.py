@@ -28,9 +28,15 @@ def slot_replicas(phy2log: np.ndarray, experts: int, devices: int) -> np.ndarray
     phy2log = np.asarray(phy2log, dtype=np.int64)
     layers, slots = phy2log.shape
     device = np.arange(slots) // (slots // devices)
-    out = np.zeros((layers, experts, devices), dtype=np.int64)
-    np.add.at(out, (np.arange(layers)[:, None], phy2log, device[None, :]), 1)
-    return out
+    cell = (np.arange(layers)[:, None] * experts + phy2log) * devices + device[None, :]
+    return np.bincount(cell.ravel(), minlength=layers * experts * devices).reshape(layers, experts, devices)
+
+
+def expert_replicas(phy2log: np.ndarray, experts: int) -> np.ndarray:
+    """[L, E] slots of each expert in a slot map `phy2log` [L, slots]."""
+    layers = phy2log.shape[0]
+    cell = np.arange(layers)[:, None] * experts + phy2log
+    return np.bincount(cell.ravel(), minlength=layers * experts).reshape(layers, experts)
 
 
 def even_loads(counts: np.ndarray, replicas: np.ndarray) -> np.ndarray:

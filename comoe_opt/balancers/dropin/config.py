@@ -51,6 +51,15 @@ class SearchConfig:
     # above EPLB's (1: C +0.3%; 2: B +0.2%; none: B +0.5%, C +0.3%, DeepSeek-V3 +11.8%), at the
     # most copies (benchmarks/results/regimes-dropin.md)
     guard_z: float = 0.0
+    # even: past this many GPUs, search by steps (step_search.py: one swap off each layer's hottest
+    # GPU per pass, replica counts kept) instead of by moments; None: never. Off by default: on the
+    # scale suite it plans within 2x EPLB's time where the moment search takes 5-23x, but its
+    # replayed P95 was worse than the moment search's on 4 of 6 instances (it cannot change an
+    # expert's replica count, which a drift asks for: benchmarks/results/scale-step-search.md)
+    step_search_gpus: int | None = None
+    # steps: GPUs paired with a layer's hot GPU per pass, the coolest of its node (2, 4 and 8
+    # measured on the scale suite: results/scale-step-search.md)
+    step_partners: int = 4
     # The search's work, counted in what it takes on a typical machine (nanoseconds of one core of
     # the project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs,
     # GPT-OSS and DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a

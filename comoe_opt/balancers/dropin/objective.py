@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from comoe_opt.best_split.cut_condition import unit_speed_makespans
-from comoe_opt.best_split.even import slot_replicas
+from comoe_opt.best_split.even import expert_replicas, slot_replicas
 
 
 @dataclass(frozen=True)
@@ -80,9 +80,8 @@ def even_loads(slots: np.ndarray, w: np.ndarray, gpus: int) -> np.ndarray:
     """[layers, S, G] GPU loads when each expert's load is split evenly over its replicas (a
     gather and a sum: no BLAS call, whose threads contend on a loaded host)."""
     layers, replicas = slots.shape
-    count = np.zeros((layers, w.shape[-1]), dtype=w.dtype)
-    np.add.at(count, (np.arange(layers)[:, None], slots), 1)
-    share = w / np.maximum(count, 1)[:, None, :]
+    count = np.maximum(expert_replicas(slots, w.shape[-1]), 1).astype(w.dtype)
+    share = w / count[:, None, :]
     per_slot = np.take_along_axis(share, slots[:, None, :], axis=2)  # [layers, S, slots]
     return per_slot.reshape(layers, w.shape[1], gpus, replicas // gpus).sum(axis=-1)
 

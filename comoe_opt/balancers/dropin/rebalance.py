@@ -59,9 +59,11 @@ from comoe_opt.balancers.dropin.objective import (
     scores,
     step_mean,
     step_moments,
+    step_weights,
     temperatures,
 )
 from comoe_opt.balancers.dropin.starts import risk_pack
+from comoe_opt.balancers.dropin.step_search import StepSearch, step_objective
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
@@ -88,6 +90,11 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
 # the best split costs about thirty times more to score
 BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
+# the step search's budget (step_search.py, opted in by SearchConfig.step_search_gpus): a tenth
+# of EPLB's packing, so that the call as a whole (EPLB's plan, the steps' loads, the guard) stays
+# within about twice EPLB's time at the scale suite's shapes (benchmarks/results/scale-plan-time.md);
+# its first pass, one swap per layer, runs whatever the budget
+STEP_BUDGET_TIMES_EPLB = 0.1
 # what the budget is counted in (config.Work: model nanoseconds of a typical machine, the
 # host and inputs of SearchConfig.ns_per_move): our EPLB port's packing per layer and slot
 # (1.8-3.8 us measured), and the starts' cost (moments, covariance-aware packing, alignment) per
@@ -253,7 +260,8 @@ def rebalance_experts(
     eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     eplb_map = eplb_out[0]
     scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
-    budget_ns = work_budget(dispatch, layers, num_replicas, num_gpus, scenarios.shape[1])
+    by_steps = _by_steps(shape, config)
+    budget_ns = work_budget(dispatch, layers, num_replicas, num_gpus, scenarios.shape[1], by_steps)
     work = Work(float("inf") if cap is not None else budget_ns * effort)
     w = normalised(scenarios, num_gpus)
     prev_n = None if prev is None else slot_replicas(prev, experts, num_gpus)
@@ -356,10 +364,15 @@ def _plan_comoe(
     return plan, stopped, tested, chosen.half_life
 
 
-def work_budget(dispatch: str, layers: int, replicas: int, gpus: int, steps: int) -> float:
+def work_budget(
+    dispatch: str, layers: int, replicas: int, gpus: int, steps: int, by_steps: bool = False
+) -> float:
     """The search's default work budget (config.Work), from the input's shape alone:
     `BUDGET_TIMES_EPLB` times EPLB's packing at `EPLB_NS_PER_SLOT`, less (for `even`) the starts'
-    cost at `START_NS_PER_CELL`. The search's first batch of moves runs whatever the budget."""
+    cost at `START_NS_PER_CELL`; `STEP_BUDGET_TIMES_EPLB` times it for the search by steps. The
+    search's first batch of moves runs whatever the budget."""
+    if by_steps:
+        return STEP_BUDGET_TIMES_EPLB * EPLB_NS_PER_SLOT * layers * replicas
     budget = BUDGET_TIMES_EPLB[dispatch] * EPLB_NS_PER_SLOT * layers * replicas
     if dispatch == "even":
         budget -= START_NS_PER_CELL * layers * replicas * gpus * steps
@@ -380,6 +393,8 @@ def _comoe(
     config = replace(call.config, half_life=c.half_life)
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
+    if _by_steps(shape, config):
+        return _step_search(call, eplb_map, w, c, work)
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
     packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
@@ -392,6 +407,34 @@ def _comoe(
         halves = half_moments(w, config.cross_block, config.half_life)
     start = _best_start(starts, w, shape, call.prev_n, c.move_cost, moments, config, halves)
     return _search(call, config, start, w, c.move_cost, moments, packed, halves, work)
+
+
+def _by_steps(shape: Shape, config: SearchConfig) -> bool:
+    """Whether the `even` search runs by steps (step_search.py): opted in past some GPU count."""
+    past = config.step_search_gpus
+    return shape.dispatch == "even" and past is not None and shape.gpus > past
+
+
+def _step_search(
+    call: _Call, eplb_map: np.ndarray, w: np.ndarray, c: backtest.Constants, work: Work
+) -> tuple[np.ndarray, bool]:
+    """(plan, whether cut short) of the step search (step_search.py) from the better, per layer,
+    of EPLB's plan and the map in service, their moves paid for."""
+    start = eplb_map
+    if call.prev is not None:
+        p = step_weights(w.shape[1], c.half_life)
+        values = [
+            step_objective(plan, w, p, call.shape.gpus)
+            + c.move_cost * moved(slot_replicas(plan, w.shape[-1], call.shape.gpus), call.prev_n)
+            for plan in (call.prev, eplb_map)
+        ]
+        start = np.where((values[1] < values[0])[:, None], eplb_map, call.prev)
+    partners = call.config.step_partners
+    run = StepSearch(start, w, call.shape, call.prev_n, c.move_cost, c.half_life, work, partners)
+    swaps = run.pass_cells() // max(w.shape[1], 1) // run.layers  # scored per layer and pass
+    passes = None if call.cap is None else -(-call.cap // max(swaps, 1))
+    stopped = run.descend(call.expired, passes)
+    return run.slots, stopped
 
 
 def _half_life(value: Any) -> float | str | None:
@@ -729,7 +772,9 @@ def _history(history: Any, shape: tuple[int, ...]) -> tuple[np.ndarray | None, s
     steps = _loads(history, "history")
     if steps.ndim != 3 or steps.shape[1:] != shape:
         raise ArgumentError(f"history must be [steps, {shape[0]}, {shape[1]}], got shape {steps.shape}")
-    steps = steps[steps.reshape(steps.shape[0], -1).any(axis=1)]  # unused recorder rows are zero
+    used = steps.reshape(steps.shape[0], -1).any(axis=1)  # unused recorder rows are zero
+    if not used.all():
+        steps = steps[used]
     if steps.shape[0] == 0:
         return None, "weight (history holds no step with any load)"
     if steps.shape[0] > MAX_HISTORY_STEPS:
@@ -843,7 +888,9 @@ def _loads(value: Any, name: str) -> np.ndarray:
         raise ArgumentError(f"{name} must be a numeric array: {first_line(exc)}") from None
     if array.dtype.kind not in "iuf":
         raise ArgumentError(f"{name} must hold real numbers, got dtype {array.dtype}")
-    array = array.astype(np.float64)
+    array = np.asarray(array, dtype=np.float64)  # a copy only if it is not float64 already
+    if array.size and array.min() >= 0 and array.max() <= MAX_LOAD:  # NaN fails both
+        return array
     bad = ~np.isfinite(array) | (array < 0) | (array > MAX_LOAD)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])

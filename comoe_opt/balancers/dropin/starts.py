@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from comoe_opt.balancers.dropin.objective import Moments
+from comoe_opt.best_split.even import expert_replicas
 
 
 def risk_pack(
@@ -23,8 +24,7 @@ def risk_pack(
     layers, slots = eplb_map.shape
     experts = moments.mean.shape[1]
     per_gpu, per_node = slots // gpus, gpus // nodes
-    count = np.zeros((layers, experts), dtype=np.int64)
-    np.add.at(count, (np.arange(layers)[:, None], eplb_map), 1)
+    count = expert_replicas(eplb_map, experts)
     share = 1.0 / np.maximum(count, 1)
     items = np.sort(eplb_map, axis=1)  # every replica once; the order below sorts them
     heavy = np.take_along_axis(moments.mean * share, items, axis=1)

@@ -1,0 +1,79 @@
+"""The drop-in's `even` search by steps (balancers/dropin/step_search.py, opted in by
+`SearchConfig.step_search_gpus`) against its search by moments, on the drop-in replay of every
+instance past 12 GPUs of both suites: P95 against EPLB's (even split), copies per re-plan against
+EPLB's in brackets, the steps' partners (`SearchConfig.step_partners`) at 2, 4 and 8.
+
+Plans are work-limited: the same numbers on any machine.
+
+    .venv/bin/python benchmarks/studies/step_search.py [--only "Kimi-K2 EP64,..."]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+
+import argparse
+from dataclasses import replace
+
+import numpy as np
+from _common import RESULTS, SUITES, describe, dropin_runs
+
+from comoe_opt.balancers.dropin.config import DEFAULT
+from comoe_opt.instance import load_instance
+from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling
+from comoe_opt.trace import instance_batches, load_trace
+from comoe_opt.trace.batching import step_counts
+
+VARIANTS = {
+    "moments": DEFAULT,
+    **{f"steps, {m} partners": replace(DEFAULT, step_search_gpus=12, step_partners=m) for m in (2, 4, 8)},
+}
+
+
+def row(key: str, path: Path, steps_run: int) -> str:
+    instance, trace = load_trace(load_instance(path))
+    steps = step_counts(instance_batches(instance, trace))[:steps_run]
+    layout = EplbLayout.of(instance, steps, "the step search study")
+    planners: dict[str, Planner] = {"EPLB": Rolling(instance, "eplb")}
+    for name, config in VARIANTS.items():
+        planners[name] = DropIn(layout, "even", options=(("config", config),), label=name)
+    runs = dropin_runs(instance, steps, planners)
+    eplb = float(np.percentile(runs["EPLB"].served(steps, "even").imbalance, 95))
+    copies = runs["EPLB"].copies_per_replan() or 1.0
+    cells = []
+    for name in VARIANTS:
+        p95 = float(np.percentile(runs[name].served(steps, "even").imbalance, 95))
+        cells.append(f"{100 * (p95 / eplb - 1):+.1f}% ({runs[name].copies_per_replan() / copies:.2f})")
+    return f"| {key} | {instance.hardware.chiplets} | {eplb:.3f} | " + " | ".join(cells) + " |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated instance keys (default: all past 12 GPUs)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale-step-search.md")
+    args = parser.parse_args()
+    lines = [
+        "# The `even` search by steps against the search by moments",
+        "",
+        describe(),
+        "",
+        "P95 of the drop-in (even split) against EPLB's, its copies per re-plan against EPLB's in brackets.",
+        "",
+        "| instance | GPUs | EPLB P95 | " + " | ".join(VARIANTS) + " |",
+        "|---|---:|---:|" + "---:|" * len(VARIANTS),
+    ]
+    for regime in (*SUITES["scale"], *SUITES["regimes"]):
+        if args.only and regime.key not in args.only.split(","):
+            continue
+        if load_instance(regime.path).hardware.chiplets <= 12:
+            continue
+        lines.append(row(regime.key, regime.path, regime.steps))
+        print(lines[-1], flush=True)
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
