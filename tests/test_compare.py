@@ -128,6 +128,15 @@ def test_compare_orders_routings_and_bounds_every_peer():
     assert rows["eplb", "even"]["copies_per_replan"] == pytest.approx(np.mean(moved))
     # window 0 is the warm-up: no row scores it
     assert result["scored_from"] == instance.policy.window_batches
+    # the same table from two worker processes: every task is a function of the input alone
+    settings = CompareSettings(peers=PEERS, bound_windows=2, crossfit=True, jobs=2)
+    assert _table(compare(instance, steps, settings)) == _table(result)
+
+
+def _table(result):
+    """What compare reports, without the planning seconds (the one figure that is timed)."""
+    rows = [{k: v for k, v in r.items() if k != "plan_s"} for r in result["rows"]]
+    return rows, result["bound"], result["migration_weight"]
 
 
 def test_crossfit_never_serves_a_step_with_a_plan_that_saw_it():

@@ -54,6 +54,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         hindsight_limit_s=args.hindsight_limit,
         crossfit=args.crossfit,
         bound_windows=args.bound_windows,
+        jobs=args.jobs,
     )
     regime = counts_regime(steps, instance.costs) if sized else None
     theirs = advice.their_balancer(peers)

@@ -209,6 +209,13 @@ def _compare(verbs: Any) -> None:
     cmp.add_argument(
         "--bound-windows", type=int_in(0, 10**4), default=8, help="windows the milp bound is taken on (8)"
     )
+    cmp.add_argument(
+        "--jobs",
+        type=int_in(1, 1024),
+        default=2,
+        help="worker processes for the peers' replays, the limits and the bound (default 2; the table"
+        " is the same with any number)",
+    )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
     cmp.add_argument(
         "--frontier",

@@ -27,12 +27,13 @@ import numpy as np
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import COMPARE_PEERS
 from comoe_opt.instance import Instance
+from comoe_opt.parallel import parallel_map
 from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.planning.window import steps_demand
 from comoe_opt.replay import DISPATCHES, EplbLayout, EplbOnSteps, Foresight, Rolling, Run, Served, replay
 from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
-from comoe_opt.residency.problem import residency_problem
+from comoe_opt.residency.problem import ResidencyProblem, residency_problem
 from comoe_opt.residency.solve import solve
 from comoe_opt.trace.batching import history_span, windows
 
@@ -53,35 +54,35 @@ class CompareSettings:
     crossfit: bool = False
     bound_windows: int = 8  # windows the milp bound is computed on, spread evenly
     bound_limit_s: float | None = None  # `milp`'s bound: seconds, or None for work limits
+    # worker processes the replays, the limits and the bound's solves are shared over (each is a
+    # function of the input alone: the same table with any number)
+    jobs: int = 1
 
 
 def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:
     """Rows for every peer × dispatch and the limits, the bound's gaps, and per-step imbalance."""
     steps = checked_steps(instance, steps, settings.steps)
     spans = windows(steps.shape[0], instance.policy.window_batches)
-    runs, planners = plan_peers(instance, steps, spans, settings.peers)
+    done = run_tasks(instance, steps, spans, settings)
+    runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
     rows, imbalance = [], {}
     for peer, run in runs.items():
         for routing in ROUTINGS:
             served = run.served(steps, routing)
             rows.append(row_of(peer, routing, served, run))
             imbalance[f"{peer}/{routing}"] = served.imbalance
-    oracle = oracle_served(instance, steps, spans)
+    oracle = done[("oracle", "")]
     rows.append(row_of("oracle", "flow", oracle, None))
     imbalance["oracle/flow"] = oracle.imbalance
-    foresights: list[tuple[str, Foresight]] = [("hindsight", "hindsight")]
-    if settings.crossfit:
-        foresights.append((CROSSFIT, "crossfit"))
-    for name, foresight in foresights:
-        limit = Rolling(instance, "exact", time_limit_s=settings.hindsight_limit_s)
-        run = replay(limit, steps, spans, instance.policy.history_windows, foresight)
+    for name in ("hindsight", CROSSFIT) if settings.crossfit else ("hindsight",):
+        run = done[("limit", name)]
         served = run.served(steps, "flow")
         rows.append(row_of(name, "flow", served, run, copies=False))
         imbalance[f"{name}/flow"] = served.imbalance
-    gaps = bound_gaps(instance, steps, spans, runs, settings)
+    gaps = bound_gaps(instance, steps, spans, runs, settings, done)
     for row in rows:
         row["gap_to_bound"] = gaps["gaps"].get(row["peer"])
-    comoe = planners.get("comoe")
+    comoe = done.get(("peer", "comoe"))
     return {
         "instance": instance.name,
         "steps": int(steps.shape[0]),
@@ -96,7 +97,7 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "bound": {k: v for k, v in gaps.items() if k != "gaps"},
         "rows": rows,
         # CoMoE's migration weight per window and, with policy.migration_weight = -1, the backtests
-        "migration_weight": comoe.weight_report() if comoe is not None else None,
+        "migration_weight": comoe[1] if comoe is not None else None,
         "imbalance": imbalance,
     }
 
@@ -121,13 +122,40 @@ def checked_steps(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarr
     return steps
 
 
-def plan_peers(
-    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], peers: tuple[str, ...]
-) -> tuple[dict[str, Run], dict[str, Rolling]]:
-    """Each peer replayed on an engine's view (its planner kept for CoMoE's weight report)."""
-    planners = {peer: Rolling(instance, peer) for peer in peers}
-    runs = {peer: replay(p, steps, spans, instance.policy.history_windows) for peer, p in planners.items()}
-    return runs, planners
+Task = tuple[str, str]  # ("peer", name), ("limit", "hindsight" or CROSSFIT), ("oracle", ""), ("bound", w)
+
+
+def run_tasks(
+    instance: Instance,
+    steps: np.ndarray,
+    spans: list[tuple[int, int]],
+    settings: CompareSettings,
+    hindsight: bool = True,
+) -> dict[Task, Any]:
+    """Every replay, limit and bound solve of one compare, over `settings.jobs` worker processes:
+    each peer's (Run, CoMoE's weight report or None), the oracle's Served, each bound window's
+    milp bound (ms) and, with `hindsight`, each hindsight limit's Run."""
+    tasks: list[Task] = [("peer", peer) for peer in settings.peers]
+    if hindsight:
+        tasks += [("limit", "hindsight")] + ([("limit", CROSSFIT)] if settings.crossfit else [])
+    tasks += [("oracle", "")] + [("bound", str(w)) for w in bound_windows(spans, settings)]
+    items = [(instance, steps, spans, settings, task) for task in tasks]
+    return dict(zip(tasks, parallel_map(_run_task, items, settings.jobs), strict=True))
+
+
+def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSettings, Task]) -> Any:
+    instance, steps, spans, settings, (kind, name) = item
+    if kind == "peer":
+        planner = Rolling(instance, name)
+        run = replay(planner, steps, spans, instance.policy.history_windows)
+        return run, planner.weight_report() if name == "comoe" else None
+    if kind == "limit":
+        limit = Rolling(instance, "exact", time_limit_s=settings.hindsight_limit_s)
+        foresight: Foresight = "hindsight" if name == "hindsight" else "crossfit"
+        return replay(limit, steps, spans, instance.policy.history_windows, foresight)
+    if kind == "oracle":
+        return oracle_served(instance, steps, spans)
+    return window_bound(instance, steps, spans, int(name), settings)
 
 
 def row_of(peer: str, routing: str, served: Served, run: Run | None, copies: bool = True) -> dict[str, Any]:
@@ -175,28 +203,46 @@ def oracle_served(instance: Instance, steps: np.ndarray, spans: list[tuple[int, 
     return run.served(picked, "flow")
 
 
+def bound_windows(spans: list[tuple[int, int]], settings: CompareSettings) -> list[int]:
+    """The served windows the bound is taken on, `settings.bound_windows` spread evenly."""
+    return [w + 1 for w in _spread(len(spans) - 1, settings.bound_windows)]  # window 0: warm-up
+
+
+def window_problem(
+    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], w: int
+) -> ResidencyProblem:
+    """Window `w`'s planning problem: balance on its history's scenarios."""
+    history = history_span(spans, w, instance.policy.history_windows)
+    demand = steps_demand(instance, steps[history[0] : history[1]])
+    return residency_problem(instance, demand, batches=spans[w][1] - spans[w][0])
+
+
+def window_bound(
+    instance: Instance, steps: np.ndarray, spans: list[tuple[int, int]], w: int, settings: CompareSettings
+) -> float:
+    """`milp`'s proven lower bound (ms, the constant left out) of window `w`'s planning objective."""
+    problem = window_problem(instance, steps, spans, w)
+    limit = reproducible_limit("milp") if settings.bound_limit_s is None else settings.bound_limit_s
+    return solve(problem, "milp", time_limit_s=limit).bound - problem.constant_ms
+
+
 def bound_gaps(
     instance: Instance,
     steps: np.ndarray,
     spans: list[tuple[int, int]],
     runs: dict[str, Run],
     settings: CompareSettings,
+    done: dict[Task, Any] | None = None,
 ) -> dict[str, Any]:
     """Each peer's mean gap (objective / bound − 1) on the planning objective of sampled served
-    windows, to `milp`'s proven lower bound of it."""
-    chosen = [w + 1 for w in _spread(len(spans) - 1, settings.bound_windows)]  # window 0: warm-up
+    windows, to `milp`'s proven lower bound of it (from `done`, `run_tasks`' results, where there)."""
+    chosen = bound_windows(spans, settings)
     gaps: dict[str, list[float]] = {peer: [] for peer in runs}
     bounds = []
     for w in chosen:
-        history = history_span(spans, w, instance.policy.history_windows)
-        problem = residency_problem(
-            instance,
-            steps_demand(instance, steps[history[0] : history[1]]),
-            batches=spans[w][1] - spans[w][0],
-        )
-        limit = reproducible_limit("milp") if settings.bound_limit_s is None else settings.bound_limit_s
-        result = solve(problem, "milp", time_limit_s=limit)
-        bound = result.bound - problem.constant_ms
+        problem = window_problem(instance, steps, spans, w)
+        known = (done or {}).get(("bound", str(w)))
+        bound = window_bound(instance, steps, spans, w, settings) if known is None else known
         bounds.append(bound)
         for peer, run in runs.items():
             value = score(problem, run.placements[w]).total - problem.constant_ms

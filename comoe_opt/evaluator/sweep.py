@@ -13,9 +13,8 @@ from comoe_opt.evaluator.compare import (
     CompareSettings,
     bound_gaps,
     checked_steps,
-    oracle_served,
     percent,
-    plan_peers,
+    run_tasks,
 )
 from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.trace.batching import windows
@@ -38,8 +37,9 @@ def redundancy_sweep(
         sized = _with_slots(instance, per_device)
         checked = checked_steps(sized, steps, settings.steps)
         spans = windows(checked.shape[0], sized.policy.window_batches)
-        runs, _ = plan_peers(sized, checked, spans, settings.peers)
-        gaps = bound_gaps(sized, checked, spans, runs, settings)["gaps"]
+        done = run_tasks(sized, checked, spans, settings, hindsight=False)
+        runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
+        gaps = bound_gaps(sized, checked, spans, runs, settings, done)["gaps"]
         row: dict[str, Any] = {
             "redundant": extra,
             "slots_per_device": per_device,
@@ -48,7 +48,7 @@ def redundancy_sweep(
         for peer, run in runs.items():
             ratio = run.served(checked, "flow").imbalance
             row[peer] = {"p95": float(np.percentile(ratio, 95)), "gap_to_bound": gaps[peer]}
-        oracle = oracle_served(sized, checked, spans).imbalance
+        oracle = done[("oracle", "")].imbalance
         row["oracle"] = {"p95": float(np.percentile(oracle, 95))}
         points.append(row)
     return {"instance": instance.name, "peers": list(settings.peers), "points": points}

@@ -176,11 +176,12 @@ def lpt(mu: np.ndarray, var: np.ndarray, cov: np.ndarray, replicas: np.ndarray, 
             open_ = (filled < slots) & ~(layout == e).any(axis=1)
             new_mu = gpu_mu.astype(np.float64) + share
             new_var = gpu_var.astype(np.float64) + own_var
-            for k in range(min(int(filled.max(initial=0)), slots)):
-                other = layout[:, k]
-                held = k < filled
-                term = 2 * cov[e, np.where(held, other, 0)] / replicas[e] / replicas[np.where(held, other, 0)]
-                new_var = np.where(held, new_var + term, new_var)
+            width = min(int(filled.max(initial=0)), slots)
+            held = np.arange(width)[None, :] < filled[:, None]  # [gpus, width]
+            other = np.where(held, layout[:, :width], 0)
+            terms = np.where(held, 2 * cov[e, other] / replicas[e] / replicas[other], 0.0)
+            # slot by slot in upstream's order (accumulate adds left to right; 0.0 where none is held)
+            new_var = np.add.accumulate(np.column_stack([new_var, terms]), axis=1)[:, -1]
             with np.errstate(invalid="ignore"):  # a GPU marked -1 below has no risk (NaN), as upstream
                 risk = new_mu + Z_SCORE * np.sqrt(new_var)
                 candidates = every[open_ & (risk < 1e30)]
