@@ -37,6 +37,7 @@ VARIANTS = {
     "even": {"dispatch": "even"},
     "even by steps": {"dispatch": "even", "config": SearchConfig(step_search_gpus=12)},
     "lp": {"dispatch": "lp"},
+    "lp by steps": {"dispatch": "lp", "config": SearchConfig(step_search_gpus=12)},
 }
 
 

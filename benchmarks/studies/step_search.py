@@ -1,11 +1,12 @@
-"""The drop-in's `even` search by steps (balancers/dropin/step_search.py, opted in by
-`SearchConfig.step_search_gpus`) against its search by moments, on the drop-in replay of every
-instance past 12 GPUs of both suites: P95 against EPLB's (even split), copies per re-plan against
-EPLB's in brackets, the steps' partners (`SearchConfig.step_partners`) at 2, 4 and 8.
+"""The drop-in's search by steps (balancers/dropin/step_search.py, opted in by
+`SearchConfig.step_search_gpus`) against its default search (by moments for `even`, pooled cuts for
+`lp`), on the drop-in replay of every instance past 12 GPUs of both suites: P95 against EPLB's
+under the dispatch, copies per re-plan against EPLB's in brackets, the steps' partners
+(`SearchConfig.step_partners`) at 2, 4 and 8.
 
 Plans are work-limited: the same numbers on any machine.
 
-    .venv/bin/python benchmarks/studies/step_search.py [--only "Kimi-K2 EP64,..."]
+    .venv/bin/python benchmarks/studies/step_search.py [--dispatch even|lp] [--only "Kimi-K2 EP64,..."]
 """
 
 from __future__ import annotations
@@ -33,19 +34,19 @@ VARIANTS = {
 }
 
 
-def row(key: str, path: Path, steps_run: int) -> str:
+def row(key: str, path: Path, steps_run: int, dispatch: str) -> str:
     instance, trace = load_trace(load_instance(path))
     steps = step_counts(instance_batches(instance, trace))[:steps_run]
     layout = EplbLayout.of(instance, steps, "the step search study")
     planners: dict[str, Planner] = {"EPLB": Rolling(instance, "eplb")}
     for name, config in VARIANTS.items():
-        planners[name] = DropIn(layout, "even", options=(("config", config),), label=name)
+        planners[name] = DropIn(layout, dispatch, options=(("config", config),), label=name)
     runs = dropin_runs(instance, steps, planners)
-    eplb = float(np.percentile(runs["EPLB"].served(steps, "even").imbalance, 95))
+    eplb = float(np.percentile(runs["EPLB"].served(steps, dispatch).imbalance, 95))
     copies = runs["EPLB"].copies_per_replan() or 1.0
     cells = []
     for name in VARIANTS:
-        p95 = float(np.percentile(runs[name].served(steps, "even").imbalance, 95))
+        p95 = float(np.percentile(runs[name].served(steps, dispatch).imbalance, 95))
         cells.append(f"{100 * (p95 / eplb - 1):+.1f}% ({runs[name].copies_per_replan() / copies:.2f})")
     return f"| {key} | {instance.hardware.chiplets} | {eplb:.3f} | " + " | ".join(cells) + " |"
 
@@ -53,10 +54,13 @@ def row(key: str, path: Path, steps_run: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated instance keys (default: all past 12 GPUs)")
-    parser.add_argument("--output", type=Path, default=RESULTS / "scale-step-search.md")
+    parser.add_argument("--dispatch", choices=("even", "lp"), default="even")
+    parser.add_argument("--output", type=Path, help="default: results/scale-step-search[-lp].md")
     args = parser.parse_args()
+    suffix = "" if args.dispatch == "even" else f"-{args.dispatch}"
+    args.output = args.output or RESULTS / f"scale-step-search{suffix}.md"
     lines = [
-        "# The `even` search by steps against the search by moments",
+        f"# The search by steps against the drop-in's default search: {args.dispatch}",
         "",
         describe(),
         "",
@@ -70,7 +74,7 @@ def main() -> None:
             continue
         if load_instance(regime.path).hardware.chiplets <= 12:
             continue
-        lines.append(row(regime.key, regime.path, regime.steps))
+        lines.append(row(regime.key, regime.path, regime.steps, args.dispatch))
         print(lines[-1], flush=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -51,6 +51,10 @@ class Bottlenecks:
         )
         self.source_arcs, self.sink_arcs = arcs[:n], arcs[n + e_idx.size :]
         self.hosts = resident[self.placed]  # [n, C]
+        # experts with every replica on one chiplet: that chiplet's own work, whatever the split
+        single = self.hosts.sum(axis=1) == 1
+        self.single_experts = np.flatnonzero(single)
+        self.single_host = self.hosts[single].argmax(axis=1)
 
     def worst(self, work: np.ndarray) -> tuple[float, np.ndarray]:
         """(makespan, bottleneck set [W], best_split/sets.py) for one scenario's unit-speed work [E]."""
@@ -59,6 +63,15 @@ class Bottlenecks:
         placed_work = work[self.placed]
         if total <= 0 or not (placed_work > 0).any():
             return best_ratio, best_mask
+        # start from the best single chiplet (its own experts' work over its speed): a set's ratio,
+        # as Dinkelbach's method needs, and most often the answer or near it, which saves cuts
+        own = np.bincount(self.single_host, placed_work[self.single_experts], minlength=self.chiplets)
+        ratios = own / self.speeds
+        top = int(ratios.argmax())
+        if ratios[top] > best_ratio:
+            in_top = np.zeros(self.chiplets, dtype=bool)
+            in_top[top] = True
+            best_ratio, best_mask = float(own[top]) / float(self.speeds[top]), device_sets.pack(in_top)
         unit = SCALE / total
         self.flow.set_arcs_capacity(self.source_arcs, np.rint(placed_work * unit).astype(np.int64))
         for _ in range(MAX_CUTS):

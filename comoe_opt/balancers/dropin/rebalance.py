@@ -410,9 +410,11 @@ def _comoe(
 
 
 def _by_steps(shape: Shape, config: SearchConfig) -> bool:
-    """Whether the `even` search runs by steps (step_search.py): opted in past some GPU count."""
+    """Whether the search runs by steps (step_search.py): opted in past some GPU count. For `lp`
+    it searches the even split's peaks (an upper bound of the best split's: the even split is
+    one routing `lp` may choose), the guard scoring the best split."""
     past = config.step_search_gpus
-    return shape.dispatch == "even" and past is not None and shape.gpus > past
+    return past is not None and shape.gpus > past
 
 
 def _step_search(
