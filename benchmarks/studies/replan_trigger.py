@@ -5,8 +5,10 @@ last 1,000 steps (vLLM's default window) or, for the trigger, on those since its
 P95 of the per-step max/mean GPU load (even split) in the 250 steps after each drift, the mean over
 every scored step, re-plans and copies (expert, GPU pairs moved).
 
-The traces are two regimes' generators run longer: regime C (60 experts, decode) and Qwen3-235B
-EP16 (128 experts, 16 GPUs), 4,000 steps with a drift every 1,000. Plans are work-limited.
+The traces are two regimes' generators run longer: regime C (60 experts, top-4, decode) and regime
+B (64 experts, top-6, prefill), 4,000 steps with a drift every 1,000. (The scale suite's shapes do
+not fit: 4,000 steps of Qwen3-235B EP16's 2,048 tokens are 6 x 10^9 routes, over 24 GB to
+generate.) Plans are work-limited.
 
     .venv/bin/python benchmarks/studies/replan_trigger.py [--steps 4000] [--drift 1000]
 """
@@ -33,7 +35,7 @@ from comoe_opt.trace.batching import step_counts
 
 INSTANCES = {
     "C (60 x top-4, decode, 8 GPUs)": ROOT / "instances" / "regimes" / "c-60x-top4-decode.toml",
-    "Qwen3-235B EP16": ROOT / "instances" / "scale" / "qwen3-235b-ep16.toml",
+    "B (64 x top-6, prefill, 8 GPUs)": ROOT / "instances" / "regimes" / "b-64x-top6-prefill.toml",
 }
 INTERVALS = (3000, 1000, 250)
 HISTORY = 1000  # steps a plan is made on: vLLM's default window
