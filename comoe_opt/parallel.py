@@ -29,8 +29,11 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def process_pool(jobs: int, *, preload: Sequence[str] = ()) -> cf.ProcessPoolExecutor:
-    """A pool of `jobs` workers that import `preload` once (in the fork server).
+def process_pool(
+    jobs: int, *, preload: Sequence[str] = (), tasks_per_worker: int | None = None
+) -> cf.ProcessPoolExecutor:
+    """A pool of `jobs` workers that import `preload` once (in the fork server); with
+    `tasks_per_worker`, a worker is replaced after that many tasks (its memory given back).
 
     Workers ignore Ctrl-C (a terminal sends it to the whole process group): it reaches the
     parent, which decides what an interrupt means (interrupts.py; the benchmark runner stores
@@ -41,6 +44,7 @@ def process_pool(jobs: int, *, preload: Sequence[str] = ()) -> cf.ProcessPoolExe
         mp_context=_context(preload),
         initializer=_start_worker,
         initargs=(os.getpid(),),
+        max_tasks_per_child=tasks_per_worker,
     )
 
 
@@ -60,9 +64,11 @@ def parallel_map(
     jobs: int,
     preload: Sequence[str] = (),
     progress: Callable[[], None] | None = None,
+    tasks_per_worker: int | None = None,
 ) -> list[R]:
-    """`[fn(x) for x in items]` in the order of `items`; in worker processes when jobs > 1.
-    `progress` is called once per finished item."""
+    """`[fn(x) for x in items]` in the order of `items`; in worker processes when jobs > 1
+    (each replaced after `tasks_per_worker` items, when given). `progress` is called once per
+    finished item."""
     tick = progress or (lambda: None)
     if jobs <= 1 or len(items) <= 1:
         out = []
@@ -70,7 +76,7 @@ def parallel_map(
             out.append(fn(x))
             tick()
         return out
-    pool = process_pool(min(jobs, len(items)), preload=preload)
+    pool = process_pool(min(jobs, len(items)), preload=preload, tasks_per_worker=tasks_per_worker)
     try:
         futures = [pool.submit(fn, x) for x in items]
         for future in cf.as_completed(futures):

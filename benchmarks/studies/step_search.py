@@ -34,18 +34,19 @@ VARIANTS = {
 }
 
 
-def row(key: str, path: Path, steps_run: int, dispatch: str) -> str:
+def row(key: str, path: Path, steps_run: int, dispatch: str, names: list[str]) -> str:
     instance, trace = load_trace(load_instance(path))
     steps = step_counts(instance_batches(instance, trace))[:steps_run]
     layout = EplbLayout.of(instance, steps, "the step search study")
     planners: dict[str, Planner] = {"EPLB": Rolling(instance, "eplb")}
-    for name, config in VARIANTS.items():
+    for name in names:
+        config = VARIANTS[name]
         planners[name] = DropIn(layout, dispatch, options=(("config", config),), label=name)
     runs = dropin_runs(instance, steps, planners)
     eplb = float(np.percentile(runs["EPLB"].served(steps, dispatch).imbalance, 95))
     copies = runs["EPLB"].copies_per_replan() or 1.0
     cells = []
-    for name in VARIANTS:
+    for name in names:
         p95 = float(np.percentile(runs[name].served(steps, dispatch).imbalance, 95))
         cells.append(f"{100 * (p95 / eplb - 1):+.1f}% ({runs[name].copies_per_replan() / copies:.2f})")
     return f"| {key} | {instance.hardware.chiplets} | {eplb:.3f} | " + " | ".join(cells) + " |"
@@ -55,8 +56,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated instance keys (default: all past 12 GPUs)")
     parser.add_argument("--dispatch", choices=("even", "lp"), default="even")
+    parser.add_argument("--variants", help=f"comma-separated, of: {', '.join(VARIANTS)} (default: all)")
     parser.add_argument("--output", type=Path, help="default: results/scale-step-search[-lp].md")
     args = parser.parse_args()
+    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    if unknown := [n for n in names if n not in VARIANTS]:
+        parser.error(f"--variants: unknown {', '.join(unknown)}")
     suffix = "" if args.dispatch == "even" else f"-{args.dispatch}"
     args.output = args.output or RESULTS / f"scale-step-search{suffix}.md"
     lines = [
@@ -66,15 +71,15 @@ def main() -> None:
         "",
         "P95 of the drop-in (even split) against EPLB's, its copies per re-plan against EPLB's in brackets.",
         "",
-        "| instance | GPUs | EPLB P95 | " + " | ".join(VARIANTS) + " |",
-        "|---|---:|---:|" + "---:|" * len(VARIANTS),
+        "| instance | GPUs | EPLB P95 | " + " | ".join(names) + " |",
+        "|---|---:|---:|" + "---:|" * len(names),
     ]
     for regime in (*SUITES["scale"], *SUITES["regimes"]):
         if args.only and regime.key not in args.only.split(","):
             continue
         if load_instance(regime.path).hardware.chiplets <= 12:
             continue
-        lines.append(row(regime.key, regime.path, regime.steps, args.dispatch))
+        lines.append(row(regime.key, regime.path, regime.steps, args.dispatch, names))
         print(lines[-1], flush=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

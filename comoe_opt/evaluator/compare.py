@@ -140,7 +140,10 @@ def run_tasks(
         tasks += [("limit", "hindsight")] + ([("limit", CROSSFIT)] if settings.crossfit else [])
     tasks += [("oracle", "")] + [("bound", str(w)) for w in bound_windows(spans, settings)]
     items = [(instance, steps, spans, settings, task) for task in tasks]
-    return dict(zip(tasks, parallel_map(_run_task, items, settings.jobs), strict=True))
+    # a fresh worker per task: a task's arrays and models are given back when it ends, so the
+    # memory held at once is that of `jobs` tasks, not of every task a worker has run
+    done = parallel_map(_run_task, items, settings.jobs, tasks_per_worker=1)
+    return dict(zip(tasks, done, strict=True))
 
 
 def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSettings, Task]) -> Any:

@@ -280,7 +280,10 @@ def rebalance_experts(
             call, eplb_map, w, raw, (move_cost, life, smooth), calibrate, work
         )
         if config.eplb_guard:  # the caller's price, when given, weighs EPLB's moves (guard.py)
-            plan, eplb_layers = guarded(plan, eplb_map, w, shape, prev_n, move_cost, config.guard_z)
+            # the search by steps is guarded on the peaks it searched (for lp, the even split's:
+            # an upper bound of the best split's, at a small part of its cost)
+            judged = replace(shape, dispatch="even") if by_steps else shape
+            plan, eplb_layers = guarded(plan, eplb_map, w, judged, prev_n, move_cost, config.guard_z)
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     out: tuple[Any, ...] = maps_of(plan, experts)
