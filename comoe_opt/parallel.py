@@ -39,6 +39,7 @@ def process_pool(
     parent, which decides what an interrupt means (interrupts.py; the benchmark runner stores
     finished runs first), and the workers exit when it does.
     """
+    _quiet_resource_tracker()
     return cf.ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=_context(preload),
@@ -46,6 +47,16 @@ def process_pool(
         initargs=(os.getpid(),),
         max_tasks_per_child=tasks_per_worker,
     )
+
+
+def _quiet_resource_tracker() -> None:
+    """A command stopped by a signal ends without unlinking its pool's queue semaphores, and
+    multiprocessing's resource tracker (a process of its own, started with the interpreter's
+    warning options) would print a warning about them after the command's one line. The tracker
+    unlinks them anyway; only its warning is silenced, before the tracker starts."""
+    option = "ignore::UserWarning:multiprocessing.resource_tracker"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
 
 
 def terminate(pool: cf.ProcessPoolExecutor) -> None:

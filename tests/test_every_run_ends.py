@@ -224,14 +224,18 @@ np.savez(sys.argv[1], logical_count=np.random.default_rng(0).integers(0, 3, size
 @pytest.mark.parametrize(
     ("sig", "status", "word"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
 )
-def test_a_signal_stops_a_running_compare_with_one_line(tmp_path, sig, status, word):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_signal_stops_a_running_compare_with_one_line(tmp_path, sig, status, word, jobs):
     dump = tmp_path / "dump.npz"
     subprocess.run([sys.executable, "-c", SLOW_COMPARE, str(dump)], check=True)
     command = [sys.executable, "-m", "comoe_opt.cli", "compare", "--counts", str(dump), "--gpus", "8"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # signalled once it has done some work (CPU seconds, not wall-clock time: imports take about
-    # two, the whole compare over sixty), so that the signal meets it inside its planning
-    while _cpu_seconds(child.pid) < 4.0 and child.poll() is None:
+    child = subprocess.Popen(
+        [*command, "--jobs", jobs], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    # signalled once it has done some work (CPU seconds of it and its workers, not wall-clock
+    # time: imports take about two, the whole compare over sixty), so that the signal meets it
+    # inside its planning
+    while _tree_cpu_seconds(child.pid) < 4.0 and child.poll() is None:
         _pause()
     assert child.poll() is None, "compare ended before it was signalled"
     child.send_signal(sig)
@@ -254,6 +258,23 @@ def _cpu_seconds(pid: int) -> float:
     except FileNotFoundError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a running process and every process under it (/proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += _cpu_seconds(current)
+        todo += children.get(current, [])
+    return total
 
 
 def _pause() -> None:
