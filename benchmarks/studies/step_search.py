@@ -56,10 +56,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="comma-separated instance keys (default: all past 12 GPUs)")
     parser.add_argument("--dispatch", choices=("even", "lp"), default="even")
-    parser.add_argument("--variants", help=f"comma-separated, of: {', '.join(VARIANTS)} (default: all)")
+    parser.add_argument("--variants", help=f"separated by ';', of: {'; '.join(VARIANTS)} (default: all)")
     parser.add_argument("--output", type=Path, help="default: results/scale-step-search[-lp].md")
     args = parser.parse_args()
-    names = args.variants.split(",") if args.variants else list(VARIANTS)
+    names = args.variants.split(";") if args.variants else list(VARIANTS)
     if unknown := [n for n in names if n not in VARIANTS]:
         parser.error(f"--variants: unknown {', '.join(unknown)}")
     suffix = "" if args.dispatch == "even" else f"-{args.dispatch}"
@@ -69,7 +69,8 @@ def main() -> None:
         "",
         describe(),
         "",
-        "P95 of the drop-in (even split) against EPLB's, its copies per re-plan against EPLB's in brackets.",
+        f"P95 of the drop-in against EPLB's under `{args.dispatch}` dispatch, its copies per re-plan against"
+        " EPLB's in brackets ('moments': the default search, by moments for even, pooled cuts for lp).",
         "",
         "| instance | GPUs | EPLB P95 | " + " | ".join(names) + " |",
         "|---|---:|---:|" + "---:|" * len(names),
