@@ -16,9 +16,10 @@ assumed and what that has cost since exceeds what a re-plan costs:
 3. A re-plan is due, once `min_history` steps have passed since the CUSUM last stood at zero
    (the change point: `since` steps, the history the next plan should be made on), when the
    CUSUM, the layer-steps of extra time spent since the load left the assumption, reaches the
-   price of a re-plan: `move_cost` per expert moved times the experts the last re-plan moved. This is the
-   rent-or-buy rule (pay rent until it sums to the purchase price, then buy): its cost is within
-   twice that of the best re-plan time chosen in hindsight, whatever the load does next.
+   price of a re-plan: `move_cost` per expert moved times the experts the last re-plan moved.
+   This is the rent-or-buy rule (pay rent until it sums to the purchase price, then buy): its
+   cost is within twice that of the best re-plan time chosen in hindsight, whatever the load
+   does next.
 
 The move cost is in the drop-in's unit (per-step max/mean per expert moved, `backtest.MOVE_PRICE`
 by default); an engine that knows its stall per moved expert and its layer time passes their
@@ -61,19 +62,22 @@ class ReplanTrigger:
             raise ValueError("gpus and min_history must be >= 1, move_cost and allowance >= 0")
         self.gpus, self.move_cost, self.allowance = gpus, move_cost, allowance
         self.min_history = min_history
-        self.since = 0  # steps since the CUSUM last stood at zero
         self.phy2log: np.ndarray | None = None
-        self.price = 0.0  # what a re-plan costs, in layer-steps of max/mean
+        self._reset(0.0)
 
     def start(self, phy2log: np.ndarray, moved: int | None = None) -> None:
         """A new plan `phy2log` [L, slots] in service; `moved`: the experts (replicas on GPUs that
         did not hold them) it moved, the price of the next re-plan (None: every slot, as a plan
         made afresh moves nearly every expert)."""
         self.phy2log = np.asarray(phy2log, dtype=np.int64)
-        self.price = self.move_cost * (self.phy2log.size if moved is None else moved)
+        self._reset(self.move_cost * (self.phy2log.size if moved is None else moved))
+
+    def _reset(self, price: float) -> None:
+        """A new plan's state: its price, no calibration steps yet, the CUSUM at zero."""
+        self.price = price  # what the next re-plan costs, in layer-steps of max/mean
         self.served: list[float] = []  # the calibration steps' sums
-        self.level, self.slack = float("inf"), 0.0
-        self.cusum, self.since = 0.0, 0
+        self.level, self.slack = float("inf"), 0.0  # set once CALIBRATION steps are served
+        self.cusum, self.since = 0.0, 0  # since: steps since the CUSUM last stood at zero
 
     def observe(self, counts: np.ndarray) -> bool:
         """Take one step's counts [L, E]; True when the extra time since the load left the plan's
