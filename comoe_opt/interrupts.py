@@ -24,6 +24,7 @@ from types import FrameType
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 1.0  # after a signal, the command's own handling has this long before the watchdog ends it
 MESSAGE = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
+STATUSES = frozenset(128 + int(sig) for sig in SIGNALS)  # the exit statuses of a stopped command
 
 
 class Interrupted(KeyboardInterrupt):

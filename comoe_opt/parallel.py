@@ -59,14 +59,42 @@ def _quiet_resource_tracker() -> None:
         sys.warnoptions.append(option)
 
 
+STOP_WAIT_S = 5.0  # how long `terminate` waits for the pool's manager thread and each worker
+
+
 def terminate(pool: cf.ProcessPoolExecutor) -> None:
-    """Drop the queue and stop the workers now (unfinished runs are not results)."""
-    workers = list((getattr(pool, "_processes", None) or {}).values())
+    """Drop the queue and stop the workers now (unfinished runs are not results).
+
+    The workers are stopped before the pool is shut down: `shutdown` empties the pool's table of
+    workers while its manager thread may still be replacing one that finished a task (with
+    `tasks_per_worker`), which kills that thread and could leave a fresh worker running a queued
+    task that the interpreter's exit then waits for. Stopped workers make the manager thread mark
+    the pool broken, stop every worker in the table (a replacement too) and end."""
+    workers = getattr(pool, "_processes", None) or {}  # the table the manager thread updates
+    manager = getattr(pool, "_executor_manager_thread", None)
+    calls = getattr(pool, "_call_queue", None)
+    if calls is not None:
+        calls.cancel_join_thread()  # a task nobody will read must not hold the exit
+    seen: dict[int, Any] = {}
+    for _ in range(int(STOP_WAIT_S / PARENT_POLL_S)):
+        for pid, process in _snapshot(workers):
+            seen[pid] = process
+            process.terminate()
+        if manager is None or not manager.is_alive():
+            break
+        manager.join(PARENT_POLL_S)
     pool.shutdown(wait=False, cancel_futures=True)
-    for process in workers:
-        process.terminate()
-    for process in workers:
-        process.join(timeout=5)
+    for process in seen.values():
+        process.join(timeout=STOP_WAIT_S)
+
+
+def _snapshot(workers: dict[int, Any]) -> list[tuple[int, Any]]:
+    """The workers' table as it is now (another thread may change it while it is read)."""
+    while True:
+        try:
+            return list(workers.items())
+        except RuntimeError:  # changed size during iteration: read it again
+            continue
 
 
 def parallel_map(

@@ -13,12 +13,24 @@ import io
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from comoe_opt import interrupts
 from comoe_opt.cli.common import USER_ERROR, emit
 from comoe_opt.cli.parser import build_parser
 from comoe_opt.errors import ComoeError
+
+
+def run() -> NoReturn:
+    """The program's entry (`comoe-opt`, `python -m comoe_opt.cli`): `main`, then exit. After a
+    signal the process ends at once once its line is printed: the interpreter's own exit would
+    wait for threads and child processes a stopped command may leave behind."""
+    status = main()
+    if status in interrupts.STATUSES:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """`python -m comoe_opt.cli`: the same as the `comoe-opt` command."""
 
-from comoe_opt.cli import main
+from comoe_opt.cli import run
 
-raise SystemExit(main())
+run()
