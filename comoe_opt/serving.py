@@ -21,13 +21,11 @@ import numpy as np
 import tomli_w
 
 from comoe_opt.errors import ComoeError
+from comoe_opt.gpus import DEFAULT_GPU, GPUS, GpuKind
 from comoe_opt.instance import Instance, instance_from_table
 from comoe_opt.presets import ModelPreset, preset
 from comoe_opt.schema import plain_number
 
-GPU_MEMORY_GB = 80.0  # one serving GPU's memory (H100 SXM / A100 80 GB): what expert slots may fill
-GPU_HBM_GB_S = 3350.0  # H100 SXM HBM3 bandwidth (NVIDIA H100 datasheet)
-GPU_TFLOPS = 989.0  # H100 SXM dense BF16 (NVIDIA H100 datasheet; 1979 is with sparsity)
 HOST_LINK_GB_S = 64.0  # PCIe Gen5 x16, one direction: loads from host memory
 UNKNOWN_EXPERT_GB = 1.0  # without --model or --expert-mb: sizes are counted in experts
 UNKNOWN_HIDDEN = 4096  # without --model: activation width (token traffic only; compare does not report it)
@@ -46,6 +44,7 @@ class ServingSetup:
     redundant: int | None = None  # slots beyond one per expert
     model: str | None = None
     expert_mb: float | None = None
+    gpu: GpuKind = GPUS[DEFAULT_GPU]  # `--gpu` and its overrides (comoe_opt/gpus.py)
 
     @property
     def preset(self) -> ModelPreset | None:
@@ -120,13 +119,13 @@ def check_serving_slots(slots: int, experts: int, gpus: int, flag: str) -> None:
         raise ComoeError(f"{flag}: {slots} slots per layer must split evenly over {gpus} GPUs")
 
 
-def check_memory(slots: int, gpus: int, layers: int, expert_gb: float, flag: str) -> None:
-    """One line when the slots' experts do not fit in a GPU's memory (`GPU_MEMORY_GB`)."""
+def check_memory(slots: int, gpus: int, layers: int, expert_gb: float, flag: str, gpu: GpuKind) -> None:
+    """One line when the slots' experts do not fit in one `gpu`'s memory."""
     need = slots // gpus * layers * expert_gb
-    if need > GPU_MEMORY_GB:
+    if need > gpu.memory_gb:
         raise ComoeError(
             f"{flag}: {slots // gpus} slots per GPU x {layers} layers x {expert_gb:.4g} GB = {need:.1f} GB of"
-            f" experts per GPU, more than a GPU's {GPU_MEMORY_GB:g} GB"
+            f" experts per GPU, more than one {gpu.name}'s {gpu.memory_gb:g} GB (--gpu, --gpu-memory-gb)"
         )
 
 
@@ -147,7 +146,7 @@ def serving_table(
         raise ComoeError("--counts: every layer's counts are zero: no load to plan on")
     expert_gb, size_note = _expert_size(setup, model)
     if model is not None or setup.expert_mb is not None:
-        check_memory(slots, setup.gpus, layers, expert_gb, flag)
+        check_memory(slots, setup.gpus, layers, expert_gb, flag, setup.gpu)
     top_k = model.top_k if model else 1
     per_gpu = slots // setup.gpus
     table: dict[str, Any] = {"name": model.name if model else dump.stem, "model": {}, "hardware": {}}
@@ -202,12 +201,17 @@ def serving_table(
         per_gpu * layers * expert_gb * (1 + 1e-9),
         f"GB per GPU for experts: {per_gpu} slots x {layers} layers x page_gb ({slots} slots per layer)",
     )
+    gpu, weight_bytes = setup.gpu, model.weight_bytes if model else 2.0
     put(
         "hardware.local_bandwidth_gb_s",
-        GPU_HBM_GB_S,
-        "GB/s; H100 SXM HBM3 (NVIDIA datasheet); balance is in tokens, so it does not move the plan",
+        gpu.hbm_gb_s,
+        f"GB/s; {gpu.name} HBM ({gpu.source}): reads each active expert's weights (the time model)",
     )
-    put("hardware.peak_tflops", GPU_TFLOPS, "TFLOP/s; H100 SXM dense BF16 (NVIDIA datasheet); as above")
+    put(
+        "hardware.peak_tflops",
+        gpu.tflops_for(weight_bytes),
+        f"TFLOP/s; {gpu.name} dense {'FP8' if weight_bytes <= 1 else 'BF16'} peak ({gpu.source})",
+    )
     put(
         "hardware.d2d_bandwidth_gb_s",
         HOST_LINK_GB_S,
@@ -217,11 +221,15 @@ def serving_table(
     put("hardware.hop_latency_ns", 0.0, "ns; the same for every placement, so not modelled")
     put("hardware.prefetch_buffer_gb", 0.0, "GB; engines do not prefetch experts")
     put("hardware.copy_topology", "devices", "each GPU receives re-plan copies over its own links")
-    put("hardware.copy_intra_node_gb_s", 300.0, "GB/s into a GPU from its node (NVLink-class; assumed)")
+    put(
+        "hardware.copy_intra_node_gb_s",
+        gpu.scale_up_gb_s,
+        f"GB/s into a GPU from its node, per direction ({gpu.name} scale-up, {gpu.source})",
+    )
     put(
         "hardware.copy_inter_node_gb_s",
-        40.0,
-        "GB/s into a GPU from another node (400 Gb/s InfiniBand; assumed)",
+        gpu.scale_out_gb_s,
+        f"GB/s into a GPU from another node, per direction ({gpu.name} network card, {gpu.source})",
     )
     put(
         "hardware.devices_per_node",

@@ -209,13 +209,20 @@ def test_presets_expert_sizes_from_their_configs() -> None:
         (["--gpus", "8", "--redundant", "8,1000000"], ["--redundant 1000000", "exceed"]),
         (
             ["--gpus", "8", "--redundant", "112", "--expert-mb", "9000"],
-            ["--redundant 112", "more than a GPU's 80 GB"],
+            ["--redundant 112", "more than one H100 SXM's 80 GB"],
         ),
         (["--gpus", "8", "--nodes", "3"], ["--nodes 3", "must divide --gpus 8"]),
         (["--gpus", "8", "--expert-mb", "nan"], ["--expert-mb"]),
         (["--gpus", "8", "--expert-mb", "-1"], ["--expert-mb"]),
         (["--gpus", "2000"], ["--gpus"]),
         (["--gpus", "8", "--slots", "99999999"], ["--slots"]),
+        (["--gpus", "8", "--gpu", "tpu-v5"], ["--gpu", "unknown GPU", "h200", "mi300x"]),
+        (["--gpus", "8", "--gpu-memory-gb", "0"], ["--gpu-memory-gb", "must be in"]),
+        (["--gpus", "8", "--scale-out-gb-s", "inf"], ["--scale-out-gb-s", "must be in"]),
+        (
+            ["--gpus", "8", "--expert-mb", "9000", "--gpu", "h200", "--gpu-memory-gb", "20"],
+            ["54.0 GB", "H200 SXM (overridden)'s 20 GB"],
+        ),
     ],
 )
 def test_hostile_serving_flags_are_one_line_before_any_work(tmp_path: Path, cli, args, needles) -> None:
@@ -240,4 +247,49 @@ def test_figure_into_a_file_as_folder_is_refused_at_once(tmp_path: Path, cli) ->
 def test_serving_flags_with_an_instance_file_are_refused(cli) -> None:
     cli("compare", "instances/real-gptoss20b.toml", "--gpus", 8).assert_user_error(
         "--gpus", "instance sets them"
+    )
+
+
+def _maverick_dump(tmp_path: Path) -> Path:
+    """Llama-4-Maverick's recorder layout: 48 model layers, MoE on the odd ones, 128 experts."""
+    rng = np.random.default_rng(7)
+    counts = np.zeros((4, 48, 128), dtype=np.int64)
+    counts[:, 1::2] = rng.poisson(4.0, size=(4, 24, 128))
+    path = tmp_path / "maverick.npz"
+    np.savez(path, logical_count=counts)
+    return path
+
+
+def test_the_gpus_memory_decides_what_fits(tmp_path: Path, cli) -> None:
+    """Llama-4-Maverick in BF16 on 8 GPUs at 18 slots each: 18 x 24 layers x 251.7 MB = 108.7 GB of
+    experts per GPU, more than an H100's 80 GB, within an H200's 141 GB."""
+    dump, path = _maverick_dump(tmp_path), tmp_path / "m.toml"
+    args = ["instance", "new", "--from-counts", dump, "--gpus", 8, "--slots", 144]
+    args += ["--model", "llama-4-maverick"]
+    cli(*args, "-o", path).assert_user_error("108.7 GB", "H100 SXM's 80 GB")
+    out = cli(*args, "--gpu", "h200", "-o", path)
+    assert out.code == 0, out.err
+    hardware = load_instance(path).hardware
+    # the H200's datasheet rates: 4.8 TB/s HBM, BF16 (the model's weights) 989 TFLOP/s, NVLink
+    # 900 GB/s both ways (450 into a GPU), 400 Gb/s network cards (50 GB/s)
+    assert (hardware.local_bandwidth_gb_s[0], hardware.peak_tflops[0]) == (4800.0, 989.0)  # per GPU
+    assert (hardware.copy_intra_node_gb_s, hardware.copy_inter_node_gb_s) == (450.0, 50.0)
+    assert "H200 SXM" in path.read_text()
+
+
+def test_fp8_weights_run_at_the_fp8_peak_and_overrides_replace_the_datasheet(tmp_path: Path, cli) -> None:
+    rng = np.random.default_rng(3)
+    counts = np.zeros((4, 61, 256), dtype=np.int64)
+    counts[:, 3:] = rng.poisson(2.0, size=(4, 58, 256))
+    dump, path = tmp_path / "dsv3.npz", tmp_path / "d.toml"
+    np.savez(dump, logical_count=counts)
+    common = ["instance", "new", "--from-counts", dump, "--gpus", 32, "--model", "deepseek-v3", "-o", path]
+    assert cli(*common, "--gpu", "b200").code == 0
+    assert load_instance(path).hardware.peak_tflops[0] == 4500.0  # B200 dense FP8
+    assert cli(*common, "--gpu", "b200", "--gpu-tflops", 3000, "--scale-up-gb-s", 700).code == 0
+    hardware = load_instance(path).hardware
+    assert (hardware.peak_tflops[0], hardware.copy_intra_node_gb_s, hardware.local_bandwidth_gb_s[0]) == (
+        3000.0,
+        700.0,
+        7700.0,
     )

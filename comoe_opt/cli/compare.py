@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from comoe_opt.cli.common import names_in
-from comoe_opt.cli.serving import check_redundant, instance_and_steps, ready_figure
+from comoe_opt.cli.serving import check_redundant, gpu_of, instance_and_steps, ready_figure
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator import advice, plots
 from comoe_opt.evaluator import compare as cmp
@@ -24,7 +24,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
     instance, dumped = instance_and_steps(args, args.redundant or ())
     sized = dumped is None or args.model is not None or args.expert_mb is not None  # GB are known
     if args.redundant is not None:
-        check_redundant(instance, args.redundant, built=dumped is not None, sized=sized)
+        check_redundant(instance, args.redundant, built=dumped is not None, sized=sized, gpu=gpu_of(args))
     model = instance.model
     if dumped is not None:
         steps = dumped

@@ -26,6 +26,7 @@ from comoe_opt.cli.choices import (
     described,
 )
 from comoe_opt.cli.common import Parser, int_in
+from comoe_opt.gpus import DEFAULT_GPU, GPUS
 from comoe_opt.parallel import available_cores
 
 
@@ -268,6 +269,20 @@ def serving_flags(sub: argparse.ArgumentParser, redundant: bool) -> None:
     size.add_argument(
         "--expert-mb", type=float, metavar="MB", help="one expert's weights, MB (instead of --model)"
     )
+    group.add_argument(
+        "--gpu",
+        metavar="KIND",
+        help=f"the GPU: its memory, HBM bandwidth, peak and links (comoe_opt/gpus.py: {', '.join(GPUS)};"
+        f" default {DEFAULT_GPU})",
+    )
+    for flag, what in (
+        ("--gpu-memory-gb", "GB of one GPU's memory"),
+        ("--gpu-hbm-gb-s", "GB/s of one GPU's HBM"),
+        ("--gpu-tflops", "TFLOP/s, one GPU's dense peak for the experts' weight type"),
+        ("--scale-up-gb-s", "GB/s into a GPU from its node, per direction"),
+        ("--scale-out-gb-s", "GB/s into a GPU from another node, per direction"),
+    ):
+        group.add_argument(flag, type=float, metavar="X", help=f"{what} (instead of --gpu's)")
 
 
 MAX_LIST = 64  # values a list flag takes: each is a whole run of the sweep

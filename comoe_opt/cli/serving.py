@@ -11,10 +11,11 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.files import writable_folder
+from comoe_opt.gpus import OVERRIDES, GpuKind, gpu_kind
 from comoe_opt.instance import Instance, load_instance
 from comoe_opt.serving import ServingSetup, check_memory, check_serving_slots, counts_instance
 
-SERVING_FLAGS = ("gpus", "slots", "model", "expert_mb")
+SERVING_FLAGS = ("gpus", "slots", "model", "expert_mb", "gpu", *OVERRIDES)
 
 
 def setup_of(args: argparse.Namespace) -> ServingSetup:
@@ -26,7 +27,13 @@ def setup_of(args: argparse.Namespace) -> ServingSetup:
         redundant=redundant if isinstance(redundant, int) else None,
         model=args.model,
         expert_mb=args.expert_mb,
+        gpu=gpu_of(args),
     )
+
+
+def gpu_of(args: argparse.Namespace) -> GpuKind:
+    """`--gpu` (H100 when not given) with the overrides given."""
+    return gpu_kind(getattr(args, "gpu", None), **{flag: getattr(args, flag, None) for flag in OVERRIDES})
 
 
 def instance_and_steps(
@@ -45,7 +52,9 @@ def instance_and_steps(
     return load_instance(args.instance), None
 
 
-def check_redundant(instance: Instance, redundant: Sequence[int], built: bool, sized: bool) -> None:
+def check_redundant(
+    instance: Instance, redundant: Sequence[int], built: bool, sized: bool, gpu: GpuKind
+) -> None:
     """Every point of a `--redundant` sweep placeable, and (for serving GPUs of known expert size)
     within a GPU's memory: refused in one line before any point runs."""
     model, gpus = instance.model, instance.hardware.chiplets
@@ -53,7 +62,7 @@ def check_redundant(instance: Instance, redundant: Sequence[int], built: bool, s
         slots = model.experts_per_layer + extra
         check_serving_slots(slots, model.experts_per_layer, gpus, f"--redundant {extra}")
         if built and sized:
-            check_memory(slots, gpus, model.layers, model.page_gb, f"--redundant {extra}")
+            check_memory(slots, gpus, model.layers, model.page_gb, f"--redundant {extra}", gpu)
 
 
 def ready_output(path: Path | None, flag: str) -> None:
