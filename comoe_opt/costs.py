@@ -26,6 +26,13 @@ from comoe_opt.errors import InputError
 TIME_RANGE_MS = (1e-12, 1e12)
 TICK_S = 1e-9  # the fast loop's time quantum (s): its flows take integer costs, every time in ticks
 MAX_PAGES = 2**31  # pages of one device's memory or buffer: far past any memory, still exact in int64
+# bytes per element of the combine (the experts' outputs sent back): BF16, as DeepEP's combine and
+# the engines' all-to-all send them whatever the dispatch's type (DeepEP README: FP8 dispatch,
+# BF16 combine)
+COMBINE_BYTES = 2.0
+# steps between an engine's re-plans, where the user gives none: vLLM's default EPLB step interval
+# (`eplb_step_interval`, vLLM's EPLB config)
+REPLAN_EVERY = 3000
 
 
 @dataclass(frozen=True, eq=False)
@@ -124,3 +131,56 @@ def pages(gb: Any, page_gb: float) -> np.ndarray:
 
 def _per_device(value: Any) -> np.ndarray:
     return np.asarray(value, dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTime:
+    """The MoE layer's modelled time on serving devices (formulations/serving-time.md).
+
+    Per step and device g, with A_g the expert slots that take at least one token (whose weights
+    the grouped GEMM reads) and T_g the token selections it serves:
+
+        t_g = max(A_g · read_ms, T_g · flop_ms) + T_g · link_ms
+
+    the grouped GEMM bound by its weight reads or by its FLOPs (a roofline: the two overlap), then
+    the tokens' dispatch and combine over the links into g. The layer takes the slowest device's
+    time: every device waits for the all-to-all's last token."""
+
+    read_ms: np.ndarray  # [C] one expert slot's weights read from HBM (page / local bandwidth)
+    flop_ms: np.ndarray  # [C] one token through one expert at the device's peak
+    link_ms: np.ndarray  # [C] one token's dispatch and combine into the device
+    replan_copy_ms: float  # one expert copied by a re-plan, over the link it takes
+
+    @classmethod
+    def of(cls, model: Any, hardware: Any, costs: Costs) -> LayerTime:
+        """The layer-time rates of an instance's model and hardware (its `Costs` already checked)."""
+        return cls(
+            read_ms=np.broadcast_to(costs.read_ms, (hardware.chiplets,)).astype(np.float64),
+            flop_ms=np.broadcast_to(costs.flop_ms, (hardware.chiplets,)).astype(np.float64),
+            link_ms=token_link_in_ms(model, hardware, costs),
+            replan_copy_ms=costs.replan_copy_ms,
+        )
+
+    def device_ms(self, tokens: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """[..., C] each device's time from its tokens and active slots [..., C]."""
+        return np.maximum(active * self.read_ms, tokens * self.flop_ms) + tokens * self.link_ms
+
+    def layer_ms(self, tokens: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """[...] the layer's time: the slowest device's."""
+        return self.device_ms(tokens, active).max(axis=-1)
+
+
+def token_link_in_ms(model: Any, hardware: Any, costs: Costs) -> np.ndarray:
+    """[C] one token selection's dispatch (activation bytes) and combine (`COMBINE_BYTES` per
+    element) into a device. Serving GPUs (`copy_topology = "devices"`): of the tokens a GPU takes,
+    the senders spread evenly over the G GPUs, (n − 1)/G come over its node's fabric and (G − n)/G
+    over the network (n GPUs a node; its own are local), both links at once, so the slower share
+    sets the time. The chiplet accelerator: its NoP time to the device and back."""
+    if hardware.copy_topology != "devices":
+        return np.broadcast_to(costs.nop_ms_per_token, (hardware.chiplets,)).astype(np.float64)
+    gpus = hardware.chiplets
+    per_node = gpus // hardware.nodes
+    gb = model.hidden_size * (model.bytes_per_element + COMBINE_BYTES) / 1e9
+    intra = (per_node - 1) / gpus * gb / hardware.copy_intra_node_gb_s * 1e3
+    inter = (gpus - per_node) / gpus * gb / hardware.copy_inter_node_gb_s * 1e3
+    return np.full(gpus, max(intra, inter))

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import tomli_w
 
-from comoe_opt.costs import Costs, pages
+from comoe_opt.costs import Costs, LayerTime, pages
 from comoe_opt.errors import InputError
 from comoe_opt.schema import build, param
 
@@ -557,6 +557,11 @@ class Instance:
     def costs(self) -> Costs:
         """Times and page counts derived from the hardware rates (the one place they are derived)."""
         return Costs.of(self.model, self.hardware, self.source)
+
+    @functools.cached_property
+    def layer_time(self) -> LayerTime:
+        """The MoE layer's modelled time per step from the same rates (costs.py `LayerTime`)."""
+        return LayerTime.of(self.model, self.hardware, self.costs)
 
 
 _SECTIONS = ("model", "hardware", "trace", "policy", "runtime")

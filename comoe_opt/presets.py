@@ -36,6 +36,11 @@ class ModelPreset:
         """One routed expert's weights, GB (1e9 bytes)."""
         return 3 * self.hidden_size * self.expert_intermediate_size * self.weight_bytes / 1e9
 
+    @property
+    def expert_gflop_per_token(self) -> float:
+        """One token through one routed expert: 2 FLOPs per weight of its three projections."""
+        return 2 * 3 * self.hidden_size * self.expert_intermediate_size / 1e9
+
 
 def _from(first: int, layers: int, step: int = 1) -> tuple[int, ...]:
     return tuple(range(first, layers, step))

@@ -178,6 +178,13 @@ def serving_table(
         if model
         else "elements; assumed (token traffic only, not reported by compare)",
     )
+    if model is not None:
+        put(
+            "model.expert_gflop_per_token",
+            model.expert_gflop_per_token,
+            f"GFLOP; 2 x 3 x hidden {model.hidden_size} x intermediate {model.expert_intermediate_size}"
+            " (one token through one expert's three projections)",
+        )
     put(
         "model.bytes_per_element",
         model.activation_bytes if model else 2.0,

@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("best_split",),
     ("balancers",),
     ("residency", "mapping"),
-    ("formats", "serving"),
+    ("formats", "serving", "gpus"),
     ("planning",),
     ("replay",),
     ("evaluator",),

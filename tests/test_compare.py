@@ -11,7 +11,7 @@ import pytest
 from conftest import small_table
 from scipy.optimize import linprog
 
-from comoe_opt.evaluator.compare import CROSSFIT, CompareSettings, compare
+from comoe_opt.evaluator.compare import CROSSFIT, ROUTINGS, STATIC, CompareSettings, compare
 from comoe_opt.evaluator.frontier import peer_points
 from comoe_opt.evaluator.sweep import redundancy_sweep
 from comoe_opt.instance import instance_from_table
@@ -121,7 +121,15 @@ def test_compare_orders_routings_and_bounds_every_peer():
     assert rows["oracle", "flow"]["p50"] >= 1.0 and "hindsight" in {r["peer"] for r in result["rows"]}
     # the cross-fitted hindsight is a limit beside hindsight, never a planning peer
     assert rows[CROSSFIT, "flow"]["p95"] >= rows["oracle", "flow"]["p95"] - 1e-12
-    assert {p.planner for p in peer_points(result)} == set(PEERS)
+    # the static plan (EPLB's warm-up plan kept) is the frontier's no-copies end
+    assert {p.planner for p in peer_points(result)} == {*PEERS, STATIC}
+    assert all(rows[STATIC, r]["copies_per_replan"] == 0 == rows[STATIC, r]["migration_ms"] for r in ROUTINGS)
+    for peer in (*PEERS, STATIC):  # net time: time saved per step against EPLB's row x interval - stall
+        for routing in ROUTINGS:
+            row, base = rows[peer, routing], rows["eplb", routing]
+            saved = (base["step_ms_mean"] - row["step_ms_mean"]) * result["replan_every"]
+            assert row["net_ms_per_replan"] == pytest.approx(saved - row["migration_ms"])
+            assert row["layer_ms_p50"] <= row["layer_ms_p95"] and row["layer_ms_mean"] > 0
     # copies per re-plan, recounted from EPLB's own plans: pages resident now and not before
     eplb = replay(Rolling(instance, "eplb"), steps, windows(steps.shape[0], instance.policy.window_batches))
     moved = [int((b.resident & ~a.resident).sum()) for a, b in itertools.pairwise(eplb.placements)]

@@ -72,7 +72,14 @@ def test_compare_a_dump_table_answers_per_dispatch(tmp_path: Path, cli) -> None:
     result = out.json()
     rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
     assert ("hindsight-crossfit", "flow") in rows  # --crossfit: a limit beside hindsight, not a peer
-    even, lp, gap, regime = result["answer"]
+    even_time, lp_time, even, lp, gap, regime = result["answer"]  # sized (--expert-mb): led by time
+    for line, routing in ((even_time, "even"), (lp_time, "lp")):
+        planners = [r for r in result["rows"] if r["routing"] == routing and r["peer"] in ("eplb", "comoe")]
+        best = max(planners, key=lambda r: r["net_ms_per_replan"])
+        assert f"by time: least MoE time over a re-plan every 3,000 steps: {best['peer']}," in line
+        assert f"{best['net_ms_per_replan']:+,.1f} ms per re-plan against EPLB" in line
+        static = rows[("static", routing)]["net_ms_per_replan"]
+        assert ("re-balancing does not pay" in line) == (best["net_ms_per_replan"] <= static)
     for line, routing in ((even, "even"), (lp, "lp")):
         best = rows[("eplb", routing)]  # the only engine balancer among the peers
         assert f"best balancer eplb, P95 {best['p95']:.3f}" in line
@@ -104,7 +111,8 @@ def test_the_answer_names_the_best_balancer_and_ours_at_no_more_copies(copies: f
     result = {"rows": rows, "bound": {"windows": [0]}}
     line = advice.table_answer(result, "eplb", None)[0]
     assert line.startswith(
-        "the even split (vLLM, SGLang static/dynamic): best balancer vllm-default, P95 1.200 at 5.0"
+        "the even split (vLLM, SGLang static/dynamic), by token imbalance: best balancer vllm-default,"
+        " P95 1.200"
     )
     assert says in line
 
@@ -292,4 +300,37 @@ def test_fp8_weights_run_at_the_fp8_peak_and_overrides_replace_the_datasheet(tmp
         3000.0,
         700.0,
         7700.0,
+    )
+
+
+def _timed_point(redundant: int, eplb_ms: float, comoe_ms: float, static_ms: float) -> dict:
+    cell = lambda ms, stall: {"step_ms_mean": ms, "migration_ms": stall}  # noqa: E731
+    return {
+        "redundant": redundant,
+        "slots_per_device": 2 + redundant // 8,
+        "gb_per_device": 1.0 + redundant / 8,
+        "eplb": {"even": cell(eplb_ms, 300.0)},
+        "comoe": {"even": cell(comoe_ms, 30.0)},
+        "static": {"even": cell(static_ms, 0.0)},
+    }
+
+
+def test_the_sweep_by_time_names_the_balancer_at_the_time_knee() -> None:
+    # over 1,000 steps: at 8 slots comoe 1.0 x 1000 + 30 = 1,030 ms beats eplb's 1,300 and the
+    # static plan's 1,100; at 16, 1,020: within 1% of 1,030, so the knee stays at 8
+    points = [
+        _timed_point(0, 2.0, 2.0, 2.0),
+        _timed_point(8, 1.0, 1.0, 1.1),
+        _timed_point(16, 1.0, 0.99, 1.1),
+    ]
+    line = advice.sweep_time_line(points, "even", 1000)
+    assert line.startswith(
+        "the even split (vLLM, SGLang static/dynamic), by time: comoe at 8 redundant slots"
+    )
+    assert "(2.000 GB per GPU), 1.03 ms of MoE time per step" in line
+    assert "re-balancing pays 70.0 ms per 1,000 steps over EPLB's first plan kept" in line
+    # a static plan as fast as the best re-balancer, without its stall: re-balancing does not pay
+    points = [_timed_point(8, 1.0, 1.0, 1.0)]
+    assert "re-balancing does not pay: EPLB's first plan kept is 30.0 ms ahead" in advice.sweep_time_line(
+        points, "even", 1000
     )

@@ -48,6 +48,14 @@ def even_loads(counts: np.ndarray, replicas: np.ndarray) -> np.ndarray:
     are left out: every planner here keeps every expert resident).
     Returns: per step, layer and device, the selections its slots take.
     """
+    return even_split(counts, replicas, active=False)[0]
+
+
+def even_split(
+    counts: np.ndarray, replicas: np.ndarray, active: bool = True
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """`even_loads`'s tokens per device [n, L, C] and, with `active`, the slots of each device
+    that take at least one selection [n, L, C] (whose weights the step reads), else None."""
     counts = np.asarray(counts, dtype=np.int64)
     n, layers, experts = counts.shape
     devices = replicas.shape[2]
@@ -58,6 +66,7 @@ def even_loads(counts: np.ndarray, replicas: np.ndarray) -> np.ndarray:
     # slot j of each expert, in device order: the device of an expert's j-th slot
     order = np.argsort(-np.minimum(replicas, 1), axis=2, kind="stable")  # devices holding it first
     out = np.zeros((n, layers, devices))
+    busy = np.zeros((n, layers, devices)) if active else None
     for j in range(int(slots.max(initial=0))):
         tokens = whole + ((j - offset) % r < rest)  # [n, L, E]
         tokens = np.where(j < slots[None], tokens, 0)
@@ -67,7 +76,9 @@ def even_loads(counts: np.ndarray, replicas: np.ndarray) -> np.ndarray:
             onto = np.zeros((experts, devices))
             onto[np.flatnonzero(live), device[layer, live]] = 1.0
             out[:, layer] += tokens[:, layer] @ onto
-    return out
+            if busy is not None:
+                busy[:, layer] += (tokens[:, layer] > 0) @ onto
+    return out, busy
 
 
 def _device_of_slot(replicas: np.ndarray, order: np.ndarray, j: int) -> np.ndarray:

@@ -55,11 +55,12 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         crossfit=args.crossfit,
         bound_windows=args.bound_windows,
         jobs=args.jobs,
+        replan_every=args.replan_every,
     )
     regime = counts_regime(steps, instance.costs) if sized else None
     theirs = advice.their_balancer(peers)
     if args.redundant is not None:
-        sweep = sweep_.redundancy_sweep(instance, steps, args.redundant, settings)
+        sweep = sweep_.redundancy_sweep(instance, steps, args.redundant, settings, sized=sized)
         if args.figure is not None:
             plots.plot_redundancy(sweep, args.figure)
         lines = advice.sweep_answer(sweep, theirs, "GB" if sized else "slots", regime)
@@ -79,7 +80,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
             plots.plot_frontier(front, args.figure.with_name(args.figure.stem + "-frontier.png"))
         shown["frontier"] = front
         shown["_text"] += "\n\n" + front_.frontier_markdown(front)
-    shown["answer"] = advice.table_answer(result, theirs, regime)
+    shown["answer"] = advice.table_answer(result, theirs, regime, timed=sized)
     shown["_text"] = _with_answer(shown["_text"], shown["answer"])
     return shown
 

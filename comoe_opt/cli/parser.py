@@ -26,6 +26,7 @@ from comoe_opt.cli.choices import (
     described,
 )
 from comoe_opt.cli.common import Parser, int_in
+from comoe_opt.costs import REPLAN_EVERY
 from comoe_opt.gpus import DEFAULT_GPU, GPUS
 from comoe_opt.parallel import available_cores
 
@@ -216,6 +217,14 @@ def _compare(verbs: Any) -> None:
         default=2,
         help="worker processes for the peers' replays, the limits and the bound (default 2; the table"
         " is the same with any number)",
+    )
+    cmp.add_argument(
+        "--replan-every",
+        type=int_in(1, 10**9),
+        default=REPLAN_EVERY,
+        metavar="STEPS",
+        help="steps between your engine's re-plans: a re-plan's net time is the time it saves per step"
+        f" over this many steps, less its stall (default {REPLAN_EVERY}, vLLM's EPLB step interval)",
     )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
     cmp.add_argument(

@@ -2,8 +2,13 @@
 
 From the table's own numbers (evaluator/compare.py), nothing re-run:
 
-* per dispatch (the engines' even split, SGLang's `lp`): the engine balancer with the lowest P95
-  imbalance, and CoMoE's point under that dispatch when it copies no more experts per re-plan;
+* per dispatch (the engines' even split, SGLang's `lp`), when the model's size is known: the
+  balancer with the least MoE time over the user's re-plan interval (the largest
+  `net_ms_per_replan`: layer time saved per step against EPLB times the interval, less the
+  re-plan's stall), CoMoE's net time beside it, and whether re-balancing pays at all against
+  the static plan (EPLB's first plan kept), by how much;
+* per dispatch: the engine balancer with the lowest P95 imbalance, and CoMoE's point under that
+  dispatch when it copies no more experts per re-plan;
 * with a `--redundant` sweep: the knee, the fewest redundant slots beyond which P95 improves by
   less than `KNEE` (relative), with the memory per GPU it takes;
 * the gap of the user's balancer (the first of `--peers` that is not CoMoE) to milp's proven
@@ -21,6 +26,7 @@ from comoe_opt.stats.regime import Regime
 
 KNEE = 0.01  # relative P95 improvement below which more redundant slots are not worth their memory
 OURS = "comoe"
+STATIC = "static"  # compare's row of EPLB's first plan kept (evaluator/compare.py STATIC)
 DISPATCHES = {"even": "the even split (vLLM, SGLang static/dynamic)", "lp": "SGLang's lp dispatch"}
 
 
@@ -29,9 +35,15 @@ def their_balancer(peers: Sequence[str]) -> str | None:
     return next((peer for peer in peers if peer != OURS), None)
 
 
-def table_answer(result: dict[str, Any], theirs: str | None, regime: Regime | None) -> list[str]:
-    """The answer's lines for `compare`'s table of peers × routings."""
-    lines = [_best_line(result["rows"], routing) for routing in DISPATCHES]
+def table_answer(
+    result: dict[str, Any], theirs: str | None, regime: Regime | None, timed: bool = True
+) -> list[str]:
+    """The answer's lines for `compare`'s table of peers × routings; led by time when `timed` (the
+    model's size is known) and the table has net times."""
+    lines = []
+    if timed and any(row.get("net_ms_per_replan") is not None for row in result["rows"]):
+        lines += [time_line(result["rows"], routing, result["replan_every"]) for routing in DISPATCHES]
+    lines += [_best_line(result["rows"], routing) for routing in DISPATCHES]
     lines = [line for line in lines if line]
     gaps = {row["peer"]: row.get("gap_to_bound") for row in result["rows"]}
     lines.append(
@@ -42,9 +54,12 @@ def table_answer(result: dict[str, Any], theirs: str | None, regime: Regime | No
 
 
 def sweep_answer(sweep: dict[str, Any], theirs: str | None, unit: str, regime: Regime | None) -> list[str]:
-    """The answer's lines for a `--redundant` sweep (P95 with flow routing per redundant slots)."""
+    """The answer's lines for a `--redundant` sweep: by time under each engine dispatch when the
+    expert size is known (`unit` "GB"), then by P95 with flow routing per redundant slots."""
     points = sorted(sweep["points"], key=lambda p: p["redundant"])
     lines = []
+    if unit == "GB":
+        lines += [sweep_time_line(points, routing, sweep["replan_every"]) for routing in DISPATCHES]
     for peer in [p for p in (theirs, OURS) if p is not None and p in sweep["peers"]]:
         lines.append(knee_line(points, peer, unit))
     if theirs is not None and theirs in sweep["peers"]:
@@ -56,6 +71,58 @@ def sweep_answer(sweep: dict[str, Any], theirs: str | None, unit: str, regime: R
         )
     lines.append(_regime_line(regime))
     return lines
+
+
+def interval_ms(cell: dict[str, Any], every: int) -> float:
+    """A timed cell's MoE time over one re-plan interval: `every` steps and the re-plan's stall."""
+    return float(cell["step_ms_mean"] * every + cell["migration_ms"])
+
+
+def sweep_time_line(points: list[dict[str, Any]], routing: str, every: int) -> str:
+    """Under `routing`: at each point the balancer of least MoE time over a re-plan interval (its
+    steps and its stall); the knee, the first point no later one shortens by `KNEE`; the balancer
+    there, and whether re-balancing pays there against the static plan."""
+    peers = [k for k in points[0] if isinstance(points[0][k], dict) and routing in points[0][k]]
+    planners = [p for p in peers if p != STATIC]
+    if not planners:
+        return ""
+    best = [_least_time(point, planners, routing, every) for point in points]
+    totals = [interval_ms(p[b][routing], every) for p, b in zip(points, best, strict=True)]
+    i = next(
+        (i for i, t in enumerate(totals) if all(later > t * (1 - KNEE) for later in totals[i + 1 :])),
+        len(totals) - 1,
+    )
+    knee, peer = points[i], best[i]
+    line = (
+        f"{DISPATCHES[routing]}, by time: {peer} at {knee['redundant']} redundant slots ({_memory_of(knee)}),"
+        f" {totals[i] / every:.4g} ms of MoE time per step over a re-plan every {every:,} steps"
+    )
+    line += (
+        f" (still {100 * KNEE:g}% shorter or more at the last point: sweep further)"
+        if i == len(points) - 1 and len(points) > 1
+        else f"; more slots shorten it by less than {100 * KNEE:g}%"
+    )
+    if STATIC in knee:
+        gain = interval_ms(knee[STATIC][routing], every) - totals[i]
+        line += _pays(gain, every)
+    return line
+
+
+def _least_time(point: dict[str, Any], peers: list[str], routing: str, every: int) -> str:
+    return min(peers, key=lambda peer: (interval_ms(point[peer][routing], every), peer))
+
+
+def _pays(gain: float, every: int) -> str:
+    """Whether re-balancing pays, by `gain` ms per `every` steps over EPLB's first plan kept."""
+    if gain > 0:
+        return f"; re-balancing pays {gain:,.1f} ms per {every:,} steps over EPLB's first plan kept"
+    return f"; re-balancing does not pay: EPLB's first plan kept is {-gain:,.1f} ms ahead per {every:,} steps"
+
+
+def _memory_of(point: dict[str, Any]) -> str:
+    if point.get("gb_per_device") is None:
+        return f"{point['slots_per_device']} slots per GPU"
+    return f"{point['gb_per_device']:.3f} GB per GPU"
 
 
 def knee_index(points: list[dict[str, Any]], peer: str) -> int:
@@ -88,13 +155,39 @@ def _memory(point: dict[str, Any], unit: str) -> str:
     return f"{point['slots_per_device']} slots per GPU; give --model or --expert-mb for GB"
 
 
+def time_line(rows: list[dict[str, Any]], routing: str, every: int) -> str:
+    """Under `routing`: the balancer of least time over a re-plan interval of `every` steps, CoMoE's
+    net time, and whether re-balancing pays against the static plan."""
+    timed = [r for r in rows if r["routing"] == routing and r.get("net_ms_per_replan") is not None]
+    planners = [r for r in timed if r["peer"] != STATIC]
+    if not planners:
+        return ""
+    best = max(planners, key=lambda r: (r["net_ms_per_replan"], r["peer"] == OURS, r["peer"]))
+    line = (
+        f"{DISPATCHES[routing]}, by time: least MoE time over a re-plan every {every:,} steps:"
+        f" {best['peer']}, {best['net_ms_per_replan']:+,.1f} ms per re-plan against EPLB (layer P95"
+        f" {best['layer_ms_p95']:.4g} ms, stall {best['migration_ms']:,.1f} ms)"
+    )
+    ours = next((r for r in planners if r["peer"] == OURS), None)
+    if ours is not None and ours is not best:
+        line += f"; CoMoE {ours['net_ms_per_replan']:+,.1f} ms (layer P95 {ours['layer_ms_p95']:.4g} ms)"
+    static = next((r for r in timed if r["peer"] == STATIC), None)
+    if static is None:
+        return line
+    return line + _pays(best["net_ms_per_replan"] - static["net_ms_per_replan"], every)
+
+
 def _best_line(rows: list[dict[str, Any]], routing: str) -> str:
-    engines = [r for r in rows if r["routing"] == routing and r["peer"] != OURS and "copies_per_replan" in r]
+    engines = [
+        r
+        for r in rows
+        if r["routing"] == routing and r["peer"] not in (OURS, STATIC) and "copies_per_replan" in r
+    ]
     if not engines:
         return ""
     best = min(engines, key=lambda r: (r["p95"], r["peer"]))
     line = (
-        f"{DISPATCHES[routing]}: best balancer {best['peer']}, P95 {best['p95']:.3f} at"
+        f"{DISPATCHES[routing]}, by token imbalance: best balancer {best['peer']}, P95 {best['p95']:.3f} at"
         f" {best['copies_per_replan']:.1f} copies per re-plan"
     )
     ours = next((r for r in rows if r["routing"] == routing and r["peer"] == OURS), None)

@@ -24,13 +24,24 @@ from typing import Any
 
 import numpy as np
 
+from comoe_opt.costs import REPLAN_EVERY, LayerTime
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import COMPARE_PEERS
 from comoe_opt.instance import Instance
 from comoe_opt.parallel import parallel_map
 from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.planning.window import steps_demand
-from comoe_opt.replay import DISPATCHES, EplbLayout, EplbOnSteps, Foresight, Rolling, Run, Served, replay
+from comoe_opt.replay import (
+    DISPATCHES,
+    EplbLayout,
+    EplbOnSteps,
+    Foresight,
+    Rolling,
+    Run,
+    Served,
+    Static,
+    replay,
+)
 from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
@@ -39,7 +50,9 @@ from comoe_opt.trace.batching import history_span, windows
 
 ROUTINGS = DISPATCHES  # compare's name for the dispatches its rows are scored under
 CROSSFIT = "hindsight-crossfit"  # hindsight knowing each window's load, not the steps it is scored on
+STATIC = "static"  # EPLB planned once on the warm-up window and kept: serving without re-balancing
 LIMITS = ("oracle", "hindsight", CROSSFIT)  # rows that are limits, not planners
+BASELINE = "eplb"  # the row each net time is measured against (the balancer vLLM and SGLang ship)
 ORACLE_STEPS = 4096  # steps the oracle plans, spread evenly over a longer trace (one EPLB plan per step)
 
 
@@ -57,6 +70,9 @@ class CompareSettings:
     # worker processes the replays, the limits and the bound's solves are shared over (each is a
     # function of the input alone: the same table with any number)
     jobs: int = 1
+    replan_every: int = (
+        REPLAN_EVERY  # the user's re-plan interval, steps: what a re-plan's gain is summed over
+    )
 
 
 def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:
@@ -65,20 +81,22 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
     spans = windows(steps.shape[0], instance.policy.window_batches)
     done = run_tasks(instance, steps, spans, settings)
     runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
+    timing = instance.layer_time
     rows, imbalance = [], {}
-    for peer, run in runs.items():
+    for peer, run in [*runs.items(), (STATIC, done[(STATIC, "")])]:
         for routing in ROUTINGS:
-            served = run.served(steps, routing)
-            rows.append(row_of(peer, routing, served, run))
+            served = run.served(steps, routing, timing)
+            rows.append(row_of(peer, routing, served, run, timing))
             imbalance[f"{peer}/{routing}"] = served.imbalance
     oracle = done[("oracle", "")]
-    rows.append(row_of("oracle", "flow", oracle, None))
+    rows.append(row_of("oracle", "flow", oracle, None, timing))
     imbalance["oracle/flow"] = oracle.imbalance
     for name in ("hindsight", CROSSFIT) if settings.crossfit else ("hindsight",):
         run = done[("limit", name)]
-        served = run.served(steps, "flow")
-        rows.append(row_of(name, "flow", served, run, copies=False))
+        served = run.served(steps, "flow", timing)
+        rows.append(row_of(name, "flow", served, run, timing, copies=False))
         imbalance[f"{name}/flow"] = served.imbalance
+    add_net_time(rows, settings.replan_every)
     gaps = bound_gaps(instance, steps, spans, runs, settings, done)
     for row in rows:
         row["gap_to_bound"] = gaps["gaps"].get(row["peer"])
@@ -93,6 +111,8 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "devices": instance.hardware.chiplets,
         "slots_per_layer": _slots(instance, steps),
         "hindsight_limit_s": settings.hindsight_limit_s,
+        "replan_every": settings.replan_every,
+        "baseline": BASELINE if BASELINE in settings.peers else None,
         "oracle_steps": int(min(steps.shape[0] - spans[1][0], ORACLE_STEPS)),
         "bound": {k: v for k, v in gaps.items() if k != "gaps"},
         "rows": rows,
@@ -122,7 +142,8 @@ def checked_steps(instance: Instance, steps: np.ndarray, limit: int) -> np.ndarr
     return steps
 
 
-Task = tuple[str, str]  # ("peer", name), ("limit", "hindsight" or CROSSFIT), ("oracle", ""), ("bound", w)
+Task = tuple[str, str]  # ("peer", name), ("limit", "hindsight" or CROSSFIT), (STATIC, ""), ("oracle", ""),
+# ("bound", w)
 
 
 def run_tasks(
@@ -138,7 +159,7 @@ def run_tasks(
     tasks: list[Task] = [("peer", peer) for peer in settings.peers]
     if hindsight:
         tasks += [("limit", "hindsight")] + ([("limit", CROSSFIT)] if settings.crossfit else [])
-    tasks += [("oracle", "")] + [("bound", str(w)) for w in bound_windows(spans, settings)]
+    tasks += [(STATIC, ""), ("oracle", "")] + [("bound", str(w)) for w in bound_windows(spans, settings)]
     tasks.sort(key=_expected_order)  # the longest first, so that the workers finish together
     items = [(instance, steps, spans, settings, task) for task in tasks]
     # a fresh worker per task: a task's arrays and models are given back when it ends, so the
@@ -169,15 +190,26 @@ def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSe
         return replay(limit, steps, spans, instance.policy.history_windows, foresight)
     if kind == "oracle":
         return oracle_served(instance, steps, spans)
+    if kind == STATIC:
+        return replay(Static(Rolling(instance, BASELINE)), steps, spans, instance.policy.history_windows)
     return window_bound(instance, steps, spans, int(name), settings)
 
 
-def row_of(peer: str, routing: str, served: Served, run: Run | None, copies: bool = True) -> dict[str, Any]:
-    """A table row: the imbalance's percentiles, the engines' balancedness, copies and plan time."""
+def row_of(
+    peer: str, routing: str, served: Served, run: Run | None, timing: LayerTime, copies: bool = True
+) -> dict[str, Any]:
+    """A table row: the modelled MoE layer time (per step and layer, ms), a re-plan's stall, the
+    imbalance's percentiles, the engines' balancedness, copies and plan time."""
     ratio = served.imbalance
+    layer_ms = served.layer_ms if served.layer_ms is not None else np.zeros_like(ratio)
     row: dict[str, Any] = {
         "peer": peer,
         "routing": routing,
+        "layer_ms_p50": float(np.percentile(layer_ms, 50)),
+        "layer_ms_p95": float(np.percentile(layer_ms, 95)),
+        "layer_ms_mean": float(layer_ms.mean()),
+        "step_ms_mean": float(layer_ms.sum(axis=1).mean()),  # every MoE layer of a step
+        "migration_ms": run.migration_ms(timing.replan_copy_ms) if run is not None and copies else 0.0,
         "p50": float(np.percentile(ratio, 50)),
         "p95": float(np.percentile(ratio, 95)),
         "p99": float(np.percentile(ratio, 99)),
@@ -189,6 +221,18 @@ def row_of(peer: str, routing: str, served: Served, run: Run | None, copies: boo
         row["copies_per_replan"] = run.copies_per_replan() if copies else 0.0
         row["plan_s"] = float(np.mean(run.plan_s))
     return row
+
+
+def add_net_time(rows: list[dict[str, Any]], replan_every: int) -> None:
+    """Each planner row's `net_ms_per_replan`: the MoE layers' time it saves per step against
+    `BASELINE`'s row of the same routing, times `replan_every` steps, minus its own re-plan stall
+    (`BASELINE`'s row: minus its stall alone). Ranking rows by it ranks them by total time over a
+    re-plan interval. None without a baseline row, and for the limits (they do not re-plan)."""
+    base = {r["routing"]: r["step_ms_mean"] for r in rows if r["peer"] == BASELINE}
+    for row in rows:
+        planner = row["peer"] not in LIMITS and row["routing"] in base
+        saved = base[row["routing"]] - row["step_ms_mean"] if planner else 0.0
+        row["net_ms_per_replan"] = saved * replan_every - row["migration_ms"] if planner else None
 
 
 def _slots(instance: Instance, steps: np.ndarray) -> int | None:
@@ -214,7 +258,7 @@ def oracle_served(instance: Instance, steps: np.ndarray, spans: list[tuple[int, 
     layout = EplbLayout.of(instance, steps, "the oracle")
     one_step = [(t, t + 1) for t in range(picked.shape[0])]
     run = replay(EplbOnSteps(layout), picked, one_step, foresight="hindsight", warmup=False)
-    return run.served(picked, "flow")
+    return run.served(picked, "flow", instance.layer_time)
 
 
 def bound_windows(spans: list[tuple[int, int]], settings: CompareSettings) -> list[int]:
@@ -309,19 +353,28 @@ def markdown(result: dict[str, Any]) -> str:
     scored = r["steps"] - r["scored_from"]
     if r["oracle_steps"] < scored:
         head += f" Oracle: on {r['oracle_steps']:,} of the {scored:,} scored steps, spread evenly."
+    head += (
+        f" Time: the MoE layer's modelled time per step and layer (ms; formulations/serving-time.md),"
+        f" a re-plan's stall (ms, the device receiving the most copies), and the net time per re-plan"
+        f" against EPLB's row of the same routing over {r.get('replan_every', REPLAN_EVERY):,} steps"
+        " (higher is better). Static: EPLB's first plan kept, never re-planned."
+    )
     lines = [
         head,
         "",
-        "| peer | routing | P50 | P95 | P99 | balancedness SGLang | balancedness vLLM | copies / re-plan"
-        " | plan s | gap to bound |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| peer | routing | layer ms P50 | layer ms P95 | stall ms | net ms / re-plan | P50 | P95 | P99"
+        " | balancedness SGLang | balancedness vLLM | copies / re-plan | plan s | gap to bound |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in result["rows"]:
         copies = f"{row['copies_per_replan']:.1f}" if "copies_per_replan" in row else "–"
         plan = f"{row['plan_s']:.2f}" if "plan_s" in row else "–"
         gap = percent(row.get("gap_to_bound"))
+        net = row.get("net_ms_per_replan")
         lines.append(
-            f"| {row['peer']} | {row['routing']} | {row['p50']:.3f} | {row['p95']:.3f} | {row['p99']:.3f}"
+            f"| {row['peer']} | {row['routing']} | {row['layer_ms_p50']:.4g} | {row['layer_ms_p95']:.4g}"
+            f" | {row['migration_ms']:,.1f} | {'–' if net is None else f'{net:+,.1f}'}"
+            f" | {row['p50']:.3f} | {row['p95']:.3f} | {row['p99']:.3f}"
             f" | {row['balancedness_sglang']:.3f} | {row['balancedness_vllm']:.3f}"
             f" | {copies} | {plan} | {gap} |"
         )

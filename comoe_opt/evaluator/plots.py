@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from comoe_opt.evaluator.compare import LIMITS
+from comoe_opt.evaluator.sweep import memory
 
 
 def plot_cdf(result: dict[str, Any], path: Path) -> None:
@@ -49,7 +50,7 @@ def plot_redundancy(result: dict[str, Any], path: Path) -> None:
         ax.plot(x, [p[peer]["p95"] for p in result["points"]], marker="o", label=peer)
     ax.set_xlabel("redundant slots per layer")
     ax.set_ylabel("P95 imbalance, flow routing")
-    ax.set_xticks(x, [f"{p['redundant']}\n{p['gb_per_device']:.2f} GB" for p in result["points"]])
+    ax.set_xticks(x, [f"{p['redundant']}\n{memory(p)}" for p in result["points"]])
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path)

@@ -1,5 +1,8 @@
 """The `--redundant` sweep of `compare`: for each number of redundant slots per layer, every peer's
-P95 imbalance under our flow routing and its gap to the bound, and the memory each device holds."""
+P95 imbalance under our flow routing and its gap to the bound, its modelled MoE time under the
+engines' dispatches (the even split, SGLang's `lp`: mean per step, a re-plan's stall, and the net
+time per re-plan against EPLB at the same point, as `compare`'s rows), and the memory each device
+holds (GB when the expert size is known, else slots)."""
 
 from __future__ import annotations
 
@@ -10,21 +13,31 @@ import numpy as np
 
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.compare import (
+    STATIC,
     CompareSettings,
+    add_net_time,
     bound_gaps,
     checked_steps,
     percent,
+    row_of,
     run_tasks,
 )
 from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.trace.batching import windows
 
+TIMED = ("even", "lp")  # the engines' dispatches, under which the sweep times each peer
+
 
 def redundancy_sweep(
-    instance: Instance, steps: np.ndarray, redundant: Sequence[int], settings: CompareSettings
+    instance: Instance,
+    steps: np.ndarray,
+    redundant: Sequence[int],
+    settings: CompareSettings,
+    sized: bool = True,
 ) -> dict[str, Any]:
     """For each number of redundant slots per layer: every peer's P95 imbalance with the flow
-    routing and its gap to the bound, and the memory each device holds."""
+    routing and its gap to the bound, its time under the engines' dispatches, and the memory each
+    device holds (GB when `sized`: the expert size is known)."""
     model, hw = instance.model, instance.hardware
     points = []
     for extra in redundant:
@@ -34,24 +47,47 @@ def redundancy_sweep(
                 f"--redundant {extra}: {slots} slots per layer must split evenly over {hw.chiplets} devices"
             )
         per_device = slots // hw.chiplets
-        sized = _with_slots(instance, per_device)
-        checked = checked_steps(sized, steps, settings.steps)
-        spans = windows(checked.shape[0], sized.policy.window_batches)
-        done = run_tasks(sized, checked, spans, settings, hindsight=False)
+        at_point = _with_slots(instance, per_device)
+        checked = checked_steps(at_point, steps, settings.steps)
+        spans = windows(checked.shape[0], at_point.policy.window_batches)
+        done = run_tasks(at_point, checked, spans, settings, hindsight=False)
         runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
-        gaps = bound_gaps(sized, checked, spans, runs, settings, done)["gaps"]
+        gaps = bound_gaps(at_point, checked, spans, runs, settings, done)["gaps"]
         row: dict[str, Any] = {
             "redundant": extra,
             "slots_per_device": per_device,
-            "gb_per_device": per_device * model.layers * model.page_gb,
+            "gb_per_device": per_device * model.layers * model.page_gb if sized else None,
         }
+        timed = _timed_rows(at_point, checked, {**runs, STATIC: done[(STATIC, "")]}, settings.replan_every)
         for peer, run in runs.items():
             ratio = run.served(checked, "flow").imbalance
-            row[peer] = {"p95": float(np.percentile(ratio, 95)), "gap_to_bound": gaps[peer]}
+            row[peer] = {"p95": float(np.percentile(ratio, 95)), "gap_to_bound": gaps[peer], **timed[peer]}
+        row[STATIC] = timed[STATIC]
         oracle = done[("oracle", "")].imbalance
         row["oracle"] = {"p95": float(np.percentile(oracle, 95))}
         points.append(row)
-    return {"instance": instance.name, "peers": list(settings.peers), "points": points}
+    return {
+        "instance": instance.name,
+        "peers": list(settings.peers),
+        "replan_every": settings.replan_every,
+        "points": points,
+    }
+
+
+def _timed_rows(instance: Instance, steps: np.ndarray, runs: dict[str, Any], every: int) -> dict[str, Any]:
+    """Per peer and dispatch in `TIMED`: its mean MoE time per step, layer P95, stall and net time
+    per re-plan against EPLB (compare's `row_of` and `add_net_time`)."""
+    rows = [
+        row_of(peer, routing, run.served(steps, routing, instance.layer_time), run, instance.layer_time)
+        for peer, run in runs.items()
+        for routing in TIMED
+    ]
+    add_net_time(rows, every)
+    keys = ("step_ms_mean", "layer_ms_p95", "migration_ms", "net_ms_per_replan")
+    out: dict[str, Any] = {peer: {} for peer in runs}
+    for r in rows:
+        out[r["peer"]][r["routing"]] = {k: r[k] for k in keys}
+    return out
 
 
 def _with_slots(instance: Instance, per_device: int) -> Instance:
@@ -70,14 +106,37 @@ def redundancy_markdown(result: dict[str, Any]) -> str:
     lines = [
         f"{result['instance']}: P95 imbalance with flow routing (gap to the milp bound) per redundant slots",
         "",
-        "| redundant slots | GB per device | " + " | ".join(peers) + " | oracle |",
+        "| redundant slots | memory per device | " + " | ".join(peers) + " | oracle |",
         "|---:|---:|" + "---:|" * (len(peers) + 1),
     ]
     for p in result["points"]:
         cells = [f"{p[peer]['p95']:.3f} ({percent(p[peer]['gap_to_bound'])})" for peer in peers]
         lines.append(
-            f"| {p['redundant']} | {p['gb_per_device']:.3f} | "
-            + " | ".join(cells)
-            + f" | {p['oracle']['p95']:.3f} |"
+            f"| {p['redundant']} | {memory(p)} | " + " | ".join(cells) + f" | {p['oracle']['p95']:.3f} |"
         )
+    timed = [*peers, STATIC]
+    lines += [
+        "",
+        "Modelled MoE time per step, ms (net ms per re-plan against EPLB at the same point, over"
+        f" {result['replan_every']:,} steps), under the engines' dispatches",
+        "",
+        "| redundant slots | dispatch | " + " | ".join(timed) + " |",
+        "|---:|---|" + "---:|" * len(timed),
+    ]
+    for p in result["points"]:
+        for routing in TIMED:
+            cells = [_time_cell(p[peer][routing]) for peer in timed]
+            lines.append(f"| {p['redundant']} | {routing} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def memory(point: dict[str, Any]) -> str:
+    """A point's memory per device: GB when the expert size is known, else slots per layer."""
+    if point["gb_per_device"] is None:
+        return f"{point['slots_per_device']} slots"
+    return f"{point['gb_per_device']:.3f} GB"
+
+
+def _time_cell(cell: dict[str, Any]) -> str:
+    net = cell["net_ms_per_replan"]
+    return f"{cell['step_ms_mean']:.4g} ({'–' if net is None else f'{net:+,.1f}'})"

@@ -8,7 +8,17 @@ through these, so the same inputs give the same rows whichever of them computes 
 """
 
 from comoe_opt.replay.planners import DropIn, EplbLayout, EplbOnSteps, Rolling
-from comoe_opt.replay.replay import FORESIGHTS, Foresight, Planner, Run, Window, copies, replay, windows_of
+from comoe_opt.replay.replay import (
+    FORESIGHTS,
+    Foresight,
+    Planner,
+    Run,
+    Static,
+    Window,
+    copies,
+    replay,
+    windows_of,
+)
 from comoe_opt.replay.serve import DISPATCHES, Served, serve
 
 __all__ = [
@@ -22,6 +32,7 @@ __all__ = [
     "Rolling",
     "Run",
     "Served",
+    "Static",
     "Window",
     "copies",
     "replay",

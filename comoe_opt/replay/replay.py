@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from comoe_opt.costs import LayerTime
 from comoe_opt.replay.serve import Served, serve
 from comoe_opt.residency.placement import Placement
 from comoe_opt.trace.batching import history_span
@@ -65,20 +66,26 @@ class Run:
     foresight: Foresight
     placements: list[Placement] = field(default_factory=list)  # per window, the plan kept in service
     copies: list[int] = field(default_factory=list)  # per window from 1 on
+    copies_into: list[int] = field(default_factory=list)  # per window from 1 on: most into one device
     plan_s: list[float] = field(default_factory=list)  # per window, the kept plan's
     parts: list[tuple[np.ndarray, Placement]] = field(default_factory=list)  # (scored steps, plan)
 
-    def served(self, steps: np.ndarray, dispatch: str) -> Served:
-        """Every scored step served by its plan under `dispatch`, in step order."""
+    def served(self, steps: np.ndarray, dispatch: str, timing: LayerTime | None = None) -> Served:
+        """Every scored step served by its plan under `dispatch` (timed by `timing` when given),
+        in step order."""
         if not self.parts:
             return Served.joined([])
         order = np.argsort(np.concatenate([s for s, _ in self.parts]), kind="stable")
-        parts = [serve(p.slots(), steps[s], dispatch) for s, p in self.parts]
-        joined = Served.joined(parts)
-        return Served(joined.peak[order], joined.mean[order])
+        parts = [serve(p.slots(), steps[s], dispatch, timing) for s, p in self.parts]
+        return Served.joined(parts).reordered(order)
 
     def copies_per_replan(self) -> float:
         return float(np.mean(self.copies)) if self.copies else 0.0
+
+    def migration_ms(self, copy_ms: float) -> float:
+        """A re-plan's stall, mean over re-plans: every device receives its copies at once over
+        its own link, `copy_ms` each, so the device receiving the most sets it."""
+        return float(np.mean(self.copies_into)) * copy_ms if self.copies_into else 0.0
 
 
 def replay(
@@ -111,6 +118,7 @@ def replay(
         assert kept is not None
         if w > 0 and in_service is not None:
             run.copies.append(copies(kept, in_service))
+            run.copies_into.append(most_copies_into_one(kept, in_service))
         run.placements.append(kept)
         in_service = kept
     return run
@@ -136,3 +144,23 @@ def windows_of(
 def copies(new: Placement, old: Placement) -> int:
     """(expert, device) pairs `new` holds that `old` did not: the weights a re-plan transfers."""
     return int((new.resident & ~old.resident).sum())
+
+
+def most_copies_into_one(new: Placement, old: Placement) -> int:
+    """The most experts `new` copies onto any one device."""
+    return int((new.resident & ~old.resident).sum(axis=(0, 1)).max(initial=0))
+
+
+@dataclass(frozen=True)
+class Static:
+    """A planner that plans once (window 0, the warm-up) and keeps that plan: serving without
+    re-balancing, what every re-plan is measured against."""
+
+    inner: Planner
+
+    @property
+    def name(self) -> str:
+        return "static"
+
+    def plan(self, steps: np.ndarray, window: Window, in_service: Placement | None) -> Placement:
+        return in_service if in_service is not None else self.inner.plan(steps, window, None)

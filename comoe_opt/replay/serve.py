@@ -9,6 +9,12 @@ Three dispatches, the engines' and ours (formulations/mapping.md):
   (`best_split/cut_condition.py`: enumerated sets up to 12 devices, parametric min cut beyond);
 * `flow` — our min-cost flow, whole tokens: its optimum is the LP's rounded up (max-flow
   integrality; tests/test_compare.py checks it against the flow and HiGHS).
+
+With a `LayerTime` (costs.py) each (step, layer) also gets the MoE layer's modelled time: under
+`even` from each device's own tokens and busy slots (exact in the model); under `lp` and `flow`,
+whose split per device is not computed, every device is charged the split's peak tokens and the
+weights of each slot whose expert has load (an upper bound of the model's time under that split;
+formulations/serving-time.md).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from comoe_opt.best_split.cut_condition import layer_makespans
-from comoe_opt.best_split.even import even_loads
+from comoe_opt.best_split.even import even_split
+from comoe_opt.costs import LayerTime
 from comoe_opt.errors import ComoeError
 
 DISPATCHES = ("even", "lp", "flow")
@@ -26,10 +33,12 @@ DISPATCHES = ("even", "lp", "flow")
 
 @dataclass(frozen=True)
 class Served:
-    """Per (step, layer): the busiest device's tokens and the mean device's."""
+    """Per (step, layer): the busiest device's tokens and the mean device's, and the layer's
+    modelled time (ms) when a `LayerTime` was given."""
 
     peak: np.ndarray  # [n, L]
     mean: np.ndarray  # [n, L]
+    layer_ms: np.ndarray | None = None  # [n, L]
 
     @property
     def imbalance(self) -> np.ndarray:
@@ -48,17 +57,30 @@ class Served:
     def joined(parts: list[Served]) -> Served:
         if not parts:
             return Served(np.zeros((0, 0)), np.zeros((0, 0)))
-        return Served(np.concatenate([p.peak for p in parts]), np.concatenate([p.mean for p in parts]))
+        timed = all(p.layer_ms is not None for p in parts)
+        return Served(
+            np.concatenate([p.peak for p in parts]),
+            np.concatenate([p.mean for p in parts]),
+            np.concatenate([p.layer_ms for p in parts if p.layer_ms is not None]) if timed else None,
+        )
+
+    def reordered(self, order: np.ndarray) -> Served:
+        """The same steps in `order`."""
+        return Served(
+            self.peak[order], self.mean[order], None if self.layer_ms is None else self.layer_ms[order]
+        )
 
 
-def serve(slots: np.ndarray, counts: np.ndarray, dispatch: str) -> Served:
+def serve(slots: np.ndarray, counts: np.ndarray, dispatch: str, timing: LayerTime | None = None) -> Served:
     """Steps `counts` [n, L, E] served by a placement's `slots` [L, E, C] (slots each device holds
-    of each expert: `Placement.slots()`) under `dispatch`."""
+    of each expert: `Placement.slots()`) under `dispatch`, timed by `timing` when given."""
     counts = np.asarray(counts, dtype=np.float64)
     devices = slots.shape[2]
     mean = counts.sum(axis=2) / devices
     if dispatch == "even":
-        return Served(even_loads(np.rint(counts), slots).max(axis=2), mean)
+        loads, busy = even_split(np.rint(counts), slots, active=timing is not None)
+        layer_ms = None if timing is None or busy is None else timing.layer_ms(loads, busy)
+        return Served(loads.max(axis=2), mean, layer_ms)
     if dispatch not in DISPATCHES:
         raise ComoeError(f"unknown dispatch {dispatch!r} (known: {', '.join(DISPATCHES)})")
     unit = np.ones(devices)
@@ -72,4 +94,7 @@ def serve(slots: np.ndarray, counts: np.ndarray, dispatch: str) -> Served:
     )  # [n, L]
     if dispatch == "flow":
         peak = np.ceil(peak - 1e-9)  # whole tokens: the flow's optimum
-    return Served(peak, mean)
+    if timing is None:
+        return Served(peak, mean)
+    busy = np.einsum("nle,lec->nlc", (counts > 0).astype(np.float64), slots.astype(np.float64))
+    return Served(peak, mean, timing.layer_ms(np.broadcast_to(peak[..., None], busy.shape), busy))
