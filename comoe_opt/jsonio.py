@@ -1,5 +1,5 @@
 """JSON helpers shared by the placement and load-count formats: validated reads, typed checks,
-atomic and diff-friendly writes."""
+atomic and diff-friendly writes; the YAML read and plain-text write of TensorRT-LLM's file."""
 
 from __future__ import annotations
 
@@ -32,6 +32,32 @@ def load_json(path: Path, what: str) -> Any:
         raise InputError(path, None, "not a usable JSON document: nested too deeply") from None
     except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
         raise InputError(path, None, f"not a usable JSON document: {exc}") from None
+
+
+def load_yaml(path: Path, what: str) -> Any:
+    """A YAML document (PyYAML's safe loader: plain data only), or one line naming the file."""
+    import yaml
+
+    if not path.exists():
+        raise InputError(path, None, f"no such {what}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, None, f"cannot read: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        raise InputError(path, None, f"not valid YAML{where}") from None
+    except RecursionError:
+        raise InputError(path, None, "not a usable YAML document: nested too deeply") from None
+
+
+def write_text(text: str, path: Path) -> None:
+    """`text` written atomically (a reader sees the old file or the whole new one)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def int_table(raw: Any, name: str, path: Path) -> np.ndarray:

@@ -49,3 +49,51 @@ def test_vllm_argument_order_and_dtypes_torch():
     assert all(t.dtype == torch.int64 for t in out)
     want = _policy(weight, 24, 4, 2, 8, old)
     assert all(np.array_equal(t.numpy(), a) for t, a in zip(out, want, strict=True))
+
+
+def _stand_in_vllm(monkeypatch) -> type:
+    """vLLM's `vllm.distributed.eplb.policy.abstract` as its source defines it: an ABC whose one
+    abstract classmethod is `rebalance_experts(weight, num_replicas, num_groups, num_nodes,
+    num_ranks, old_global_expert_indices=None)`."""
+    import abc
+    import sys
+    import types
+
+    class AbstractEplbPolicy(abc.ABC):
+        @classmethod
+        @abc.abstractmethod
+        def rebalance_experts(
+            cls, weight, num_replicas, num_groups, num_nodes, num_ranks, old_global_expert_indices=None
+        ): ...
+
+    names = ["vllm", "vllm.distributed", "vllm.distributed.eplb", "vllm.distributed.eplb.policy"]
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    abstract = types.ModuleType("vllm.distributed.eplb.policy.abstract")
+    abstract.AbstractEplbPolicy = AbstractEplbPolicy
+    monkeypatch.setitem(sys.modules, abstract.__name__, abstract)
+    monkeypatch.delitem(sys.modules, "comoe_opt.balancers.dropin.vllm_policy", raising=False)
+    return AbstractEplbPolicy
+
+
+def test_the_policy_class_subclasses_vllms_base_and_plans_as_the_drop_in(monkeypatch):
+    import importlib
+
+    base = _stand_in_vllm(monkeypatch)
+    module = importlib.import_module("comoe_opt.balancers.dropin.vllm_policy")
+    policy = module.CoMoEEplbPolicy
+    assert issubclass(policy, base) and not getattr(policy, "__abstractmethods__", None)
+    weight, old = _inputs()
+    got = policy.rebalance_experts(weight, 24, 4, 2, 8, old_global_expert_indices=old)
+    want = _policy(weight, 24, 4, 2, 8, old)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+def test_without_vllm_the_policy_module_says_what_to_install(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # an import of vllm fails, as where it is absent
+    monkeypatch.delitem(sys.modules, "comoe_opt.balancers.dropin.vllm_policy", raising=False)
+    with pytest.raises(ImportError, match="install vLLM"):
+        importlib.import_module("comoe_opt.balancers.dropin.vllm_policy")

@@ -23,10 +23,13 @@ from comoe_opt.formats import (
     read_load_counts,
     read_sglang,
     read_step_counts,
+    read_trtllm,
     read_vllm_ascend,
     write_sglang,
+    write_trtllm,
     write_vllm_ascend,
 )
+from comoe_opt.formats.engines import ModelLayers
 from comoe_opt.instance import load_instance
 from comoe_opt.residency.placement import Placement
 from comoe_opt.stats.demand import demand_from_step_counts
@@ -81,6 +84,71 @@ def test_deepseek_v3_vllm_ascend_map_counts_moe_layers(tmp_path: Path) -> None:
     assert config == {"eplb_config": {"expert_map_path": str(path), "num_redundant_experts": 32}}
     with pytest.raises(InputError, match=r"ends in '\.json'"):
         write_vllm_ascend(placement, tmp_path / "ds.map")
+
+
+class _LoadBalancerStandIn:
+    """TensorRT-LLM's `MoeLoadBalancerConfig` as its source defines it (llmapi/llm_args.py): a
+    strict model of `num_slots`, `initial_global_assignments: Dict[int, List[int]]` and
+    `layer_updates_per_iter`, whose `setup(ep_rank, ep_size)` needs `num_slots` divisible by the
+    EP size and whose per-layer lookup raises for a missing layer or a list not `num_slots` long."""
+
+    def __init__(self, num_slots=None, initial_global_assignments=None, layer_updates_per_iter=0, **extra):
+        assert not extra, f"extra keys {sorted(extra)}"
+        assert isinstance(num_slots, int) and isinstance(layer_updates_per_iter, int)
+        assert all(isinstance(k, int) for k in initial_global_assignments)
+        assert all(isinstance(e, int) for ids in initial_global_assignments.values() for e in ids)
+        self.num_slots, self.table = num_slots, initial_global_assignments
+
+    def setup(self, ep_rank: int, ep_size: int) -> None:
+        assert self.num_slots % ep_size == 0
+
+    def get_layer_initial_global_assignments(self, layer_idx: int) -> list:
+        ids = self.table[layer_idx]  # KeyError for a layer the file lacks, as TensorRT-LLM's
+        assert len(ids) == self.num_slots
+        return ids
+
+
+def test_deepseek_v3_trtllm_file_loads_as_its_load_balancer_config(tmp_path: Path) -> None:
+    import yaml
+
+    model = load_instance(DEEPSEEK).model
+    placement = ep_placement(model.layers, model.experts_per_layer, 32, 9, seed=2)
+    layers = ModelLayers.of(model)
+    path = write_trtllm(placement, tmp_path / "lb.yaml", layers=layers)
+    config = _LoadBalancerStandIn(**yaml.safe_load(path.read_text()))
+    config.setup(ep_rank=0, ep_size=32)
+    for moe, layer in enumerate(model.moe_layer_ids):  # TensorRT-LLM looks up model layers 3..60
+        ids = np.array(config.get_layer_initial_global_assignments(layer))
+        assert placement.resident[moe, ids, np.arange(288) // 9].all()  # rank r owns slots 9r..9r+8
+    with pytest.raises(KeyError):
+        config.get_layer_initial_global_assignments(2)  # a dense layer: TensorRT-LLM never asks
+    assert np.array_equal(read_trtllm(path, 32, experts=256, layers=layers).resident, placement.resident)
+    assert "moe_config: {load_balancer: " + str(path) in launch_flags("trtllm", path, placement)
+    with pytest.raises(InputError, match="name it"):
+        write_trtllm(placement, tmp_path / "lb.json")
+    # a sampled log's layers: the model's other MoE layers get the trivial map, none is missing
+    part = Placement(placement.resident[:2])
+    path = write_trtllm(part, tmp_path / "part.yaml", layers=ModelLayers((3, 9), 61, 3))
+    doc = yaml.safe_load(path.read_text())
+    assert sorted(doc["initial_global_assignments"]) == list(range(3, 61))
+    assert doc["initial_global_assignments"][4] == (np.arange(288) % 256).tolist()
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("num_slots: 8\nextra: 1\ninitial_global_assignments: {0: [0, 1, 2, 3, 0, 1, 2, 3]}\n", "extra"),
+        ("num_slots: 6\ninitial_global_assignments: {0: [0, 1, 2, 3, 0, 1]}\n", "multiple of 4"),
+        ("num_slots: 8\ninitial_global_assignments: {0: [0, 1, 2, 3]}\n", "num_slots is 8"),
+        ("num_slots: 8\ninitial_global_assignments: {0: [0, 1, 2, 3, 0, -1, 2, 3]}\n", "non-negative"),
+        ("num_slots: [8\n", "not valid YAML at line"),
+    ],
+)
+def test_a_bad_trtllm_file_is_one_line(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=needle):
+        read_trtllm(path, 4)
 
 
 def test_cli_export_prints_launch_flags(cli, tmp_path: Path, table) -> None:

@@ -15,8 +15,10 @@ from comoe_opt.formats.engines import (
     export_placement,
     launch_flags,
     read_sglang,
+    read_trtllm,
     read_vllm_ascend,
     write_sglang,
+    write_trtllm,
     write_vllm_ascend,
 )
 from comoe_opt.formats.placement_file import (
@@ -41,8 +43,10 @@ __all__ = [
     "read_placement_file",
     "read_sglang",
     "read_step_counts",
+    "read_trtllm",
     "read_vllm_ascend",
     "write_placement",
     "write_sglang",
+    "write_trtllm",
     "write_vllm_ascend",
 ]

@@ -1,9 +1,12 @@
-"""Serving-engine expert maps: SGLang `--init-expert-location` and vLLM-Ascend `expert_map_path`.
+"""Serving-engine expert maps: SGLang `--init-expert-location`, vLLM-Ascend `expert_map_path` and
+TensorRT-LLM's `moe_config.load_balancer` file.
 
 * SGLang (`write_sglang` / `read_sglang`): `physical_to_logical_map[layer][physical slot]`,
   device `d` owning slots `d*S .. d*S+S-1`.
 * vLLM-Ascend (`write_vllm_ascend` / `read_vllm_ascend`):
   `layer_list[l].device_list[d].device_expert`.
+* TensorRT-LLM (`write_trtllm` / `read_trtllm`): `MoeLoadBalancerConfig` YAML,
+  `initial_global_assignments[model layer][slot]`, rank `r` owning slots `r*S .. r*S+S-1`.
 
 Engines need the same number of physical slots on every device; devices that
 hold fewer replicas are padded (`device_slots`). Formats: docs/placement-format.md."""
@@ -28,9 +31,11 @@ from comoe_opt.jsonio import (
     is_int,
     json_type,
     load_json,
+    load_yaml,
     num_logical,
     with_source,
     write_json,
+    write_text,
 )
 from comoe_opt.residency.placement import Placement
 
@@ -428,6 +433,94 @@ def _ascend_device(dev: Any, where: str, d: int, path: Path, shape: _AscendShape
     return ids
 
 
+# ========================================================= TensorRT-LLM
+
+
+TRTLLM_KEYS = ("num_slots", "initial_global_assignments", "layer_updates_per_iter")
+
+
+def write_trtllm(
+    placement: Placement,
+    path: str | Path,
+    *,
+    load: np.ndarray | None = None,
+    layers: ModelLayers | None = None,
+) -> Path:
+    """Write TensorRT-LLM's `MoeLoadBalancerConfig` YAML (`moe_config.load_balancer`): `num_slots`,
+    `initial_global_assignments` (model layer index -> the expert id of each of the layer's
+    `num_slots` slots, rank r owning slots r·S .. r·S + S − 1) and `layer_updates_per_iter: 0`
+    (the map stays as planned: TensorRT-LLM's offline balancer).
+
+    TensorRT-LLM looks every MoE layer of the model up by its model layer index: with `layers`,
+    placement layer i is model layer `ids[i]`, and the model's other MoE layers (from
+    `first_moe` on) get the trivial map (slot % experts); without, layers are numbered from 0.
+    Devices are the placement's chiplets (EP ranks); padding follows `device_slots`, one replica
+    of an expert per rank. The name must end in `.yaml` or `.yml`."""
+    path = Path(path)
+    if path.suffix not in (".yaml", ".yml"):
+        raise InputError(path, None, "TensorRT-LLM's load_balancer file is YAML: name it *.yaml")
+    slots = with_source(path, lambda: device_slots(placement, load, engine="TensorRT-LLM"))
+    rows = slots.reshape(placement.layers, -1)
+    model_ids, first, total = _trtllm_layers(placement.layers, layers)
+    trivial = (np.arange(rows.shape[1]) % placement.experts).tolist()
+    planned = dict(zip(model_ids, rows.tolist(), strict=True))
+    assignments = {li: planned.get(li, trivial) for li in range(first, total)}
+    lines = [f"num_slots: {rows.shape[1]}", "layer_updates_per_iter: 0", "initial_global_assignments:"]
+    lines += [f"  {li}: [{', '.join(str(e) for e in ids)}]" for li, ids in assignments.items()]
+    write_text("\n".join(lines) + "\n", path)
+    return path
+
+
+def _trtllm_layers(layers: int, where: ModelLayers | None) -> tuple[list[int], int, int]:
+    """(model layer index of each placement layer, the model's first MoE layer, its layer count)."""
+    if where is None:
+        return list(range(layers)), 0, layers
+    ids, total = _sglang_model_layers(layers, where.ids, where.total)
+    if ids and ids[0] < where.first_moe:
+        raise InputError(None, "layer_ids", f"layer {ids[0]} is before the first MoE layer {where.first_moe}")
+    return ids, where.first_moe, total
+
+
+def read_trtllm(
+    path: str | Path, chiplets: int, *, experts: int | None = None, layers: ModelLayers | None = None
+) -> Placement:
+    """Read a `MoeLoadBalancerConfig` YAML back into a Placement, checked as TensorRT-LLM checks
+    it: only its three keys, `num_slots` a multiple of the `chiplets` EP ranks, every layer's list
+    `num_slots` long; with `layers`, the layers it names (every one must be there)."""
+    path = Path(path)
+    if not is_int(chiplets) or chiplets < 1:
+        raise InputError(None, "chiplets", f"must be a positive integer, got {chiplets!r}")
+    doc = load_yaml(path, "TensorRT-LLM load_balancer file")
+    if not isinstance(doc, dict):
+        raise InputError(path, None, f"must be a YAML mapping, got {json_type(doc)}")
+    extra = sorted(str(k) for k in set(doc) - set(TRTLLM_KEYS))
+    if extra:
+        raise InputError(path, extra[0], "unexpected key: MoeLoadBalancerConfig forbids extra keys")
+    slots = doc.get("num_slots")
+    if not is_int(slots) or slots < 1 or slots % chiplets:
+        raise InputError(
+            path, "num_slots", f"must be a positive multiple of {chiplets} EP ranks, got {slots!r}"
+        )
+    table = doc.get("initial_global_assignments")
+    if not isinstance(table, dict) or not table or not all(is_int(k) for k in table):
+        raise InputError(path, "initial_global_assignments", "must map integer layer indices to expert lists")
+    wanted = sorted(table) if layers is None else list(layers.ids)
+    missing = [li for li in wanted if li not in table]
+    if missing:
+        raise InputError(path, "initial_global_assignments", f"has no layer {missing[0]}")
+    rows = np.array([int_table([table[li]], f"initial_global_assignments.{li}", path)[0] for li in wanted])
+    if rows.shape[1] != slots:
+        raise InputError(
+            path, "initial_global_assignments", f"lists {rows.shape[1]} experts a layer, num_slots is {slots}"
+        )
+    n = num_logical(rows, experts, "initial_global_assignments", path)
+    return Placement(slot_replicas(rows, n, chiplets) > 0)
+
+
+def _trtllm_flags(path: Path, extra: int) -> str:
+    return f"--extra_llm_api_options FILE.yaml, FILE.yaml holding: moe_config: {{load_balancer: {path}}}"
+
+
 # ============================================================== registry
 # A new engine format is a writer, a reader and its launch flags above, and an entry here.
 
@@ -453,5 +546,13 @@ ENGINE_FORMATS: dict[str, EngineFormat] = {
         ),
         read=lambda path, chiplets, experts, layers: read_vllm_ascend(path, experts=experts, layers=layers),
         flags=_vllm_ascend_flags,
+    ),
+    "trtllm": EngineFormat(
+        "trtllm",
+        write=lambda placement, path, load, layers: write_trtllm(placement, path, load=load, layers=layers),
+        read=lambda path, chiplets, experts, layers: read_trtllm(
+            path, chiplets, experts=experts, layers=layers
+        ),
+        flags=_trtllm_flags,
     ),
 }
