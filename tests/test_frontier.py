@@ -76,7 +76,9 @@ def test_frontier_reuses_compare_peers_and_cli(write_toml, cli) -> None:
     settings = CompareSettings(peers=("eplb", "comoe"), bound_windows=0)
     peers = peer_points(compare(instance, steps, settings))
     result = frontier(instance, steps, settings, peers=peers, weights=(0.0,), move_costs=(0.002,))
-    assert [p["planner"] for p in result["peers"]] == ["eplb", "comoe"]
+    # the static plan (EPLB's first plan kept) is the frontier's no-copies end
+    assert [p["planner"] for p in result["peers"]] == ["eplb", "comoe", "static"]
+    assert result["peers"][-1]["copies"] == 0
     table = small_table()
     table["hardware"].update(capacity_gb=9)
     table["trace"].update(micro_batches=8)
