@@ -387,6 +387,15 @@ class Policy:
         le=MAX_PLACEMENT_CELLS,
         why="a placement holds at most MAX_PLACEMENT_CELLS pages",
     )
+    layer_slots: int = param(
+        "most replicas of one layer a chiplet may hold (0 = any: the accelerator's layers share its"
+        " memory; serving engines give every GPU the same slots in every layer)",
+        "pages",
+        ge=0,
+        default=0,
+        le=MAX_PLACEMENT_CELLS,
+        why="a placement holds at most MAX_PLACEMENT_CELLS pages",
+    )
     max_replicas: int = param(
         "most replicas of one logical expert (0 = one per chiplet)",
         ge=0,

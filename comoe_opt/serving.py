@@ -264,6 +264,11 @@ def serving_table(
     )
     put("policy.replica_budget_pages", slots * layers, "expert slots over all GPUs and layers")
     put("policy.all_resident", True, "every expert keeps a replica (SGLang and vLLM require it)")
+    put(
+        "policy.layer_slots",
+        per_gpu,
+        "slots per layer on each GPU: SGLang, vLLM and TensorRT-LLM give every GPU the same in every layer",
+    )
     put("policy.balance", "tokens", "engines balance token counts per GPU")
     put(
         "policy.migration_weight",

@@ -71,6 +71,7 @@ RESIDENCY_ORDER = (
     "heuristics",
     "exact",
     "methods",
+    "layer_slots",
     "solve",
 )
 NO_SOLVER = ("trace", "stats")

@@ -137,6 +137,11 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
             f"{placement.replica_factor():.3f} (extra/distinct {placement.extra_replica_ratio():.3f})",
             f"  expected balance {terms.expected_balance:.4f}, pages moved {terms.pages_moved}",
         ]
+        if report.layout_moves:
+            lines.append(
+                f"  laid out within {instance.policy.layer_slots} slots per layer on each device"
+                f" (policy.layer_slots): {report.layout_moves} replica(s) moved or dropped"
+            )
     if math.isfinite(result.bound) and result.constant:
         lines.append(
             f"  gap on what a placement changes: {result.constant:.6g} of the objective is every token's "

@@ -53,6 +53,7 @@ class ResidencyProblem:
     nodes: int = 1  # nodes the chiplets (devices) form (EPLB's hierarchical mode)
     load_counts: np.ndarray | None = None  # [L, E] the unscaled selections `tokens` comes from (EPLB's)
     step_counts: np.ndarray | None = None  # [T, L, E] the same per step (the engines' per-step planners)
+    layer_slots: int = 0  # most replicas of one layer per chiplet (0 = any): solve() lays plans out within it
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -120,6 +121,16 @@ def check_feasibility(problem: ResidencyProblem) -> None:
                 f"every expert resident needs {need} pages but the {what} allows {limit}: "
                 f"short by {need - limit} pages"
             )
+    slots = problem.layer_slots
+    if slots and problem.all_resident and slots * problem.chiplets < problem.experts:
+        raise ComoeError(
+            f"every expert resident needs {problem.experts} slots per layer but {problem.chiplets} chiplets"
+            f" x policy.layer_slots {slots} hold {slots * problem.chiplets}"
+        )
+    if slots and problem.leased is not None and problem.leased.sum(axis=1).max(initial=0) > slots:
+        raise ComoeError(
+            f"a chiplet must keep more leased replicas of one layer than policy.layer_slots {slots}"
+        )
     if problem.leased is not None:
         leased = problem.leased.sum(axis=(0, 1))
         over = np.flatnonzero(leased > problem.capacity_pages)
@@ -211,6 +222,7 @@ def residency_problem(
         nodes=hw.nodes,
         load_counts=demand.load_counts,
         step_counts=demand.step_counts,
+        layer_slots=policy.layer_slots,
     )
 
 

@@ -36,6 +36,8 @@ class ResidencyReport:
 
     terms: ObjectiveTerms | None  # None: no placement (or a method that places nothing)
     timing: Timing
+    # replicas moved or dropped to lay the plan out within policy.layer_slots (residency/layer_slots.py)
+    layout_moves: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         terms = {} if self.terms is None else self.terms.to_dict()

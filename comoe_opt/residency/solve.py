@@ -18,6 +18,7 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.residency.exact import MODEL_METHODS
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.heuristics.solve import solve_heuristic
+from comoe_opt.residency.layer_slots import laid_out
 from comoe_opt.residency.methods import RESIDENCY_METHODS
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
@@ -35,7 +36,18 @@ def solve(
 ) -> ResidencyResult:
     """Solve with `method` within `time_limit_s`, or within `deadline` when given (one that started
     earlier, e.g. with building the problem); every phase draws on the same deadline. Without
-    either, every phase ends on work limits: the same result on any machine and load."""
+    either, every phase ends on work limits: the same result on any machine and load. With
+    `problem.layer_slots`, the plan is laid out within it (residency/layer_slots.py)."""
+    return laid_out(problem, _solve(problem, method, time_limit_s, mip_gap, deadline))
+
+
+def _solve(
+    problem: ResidencyProblem,
+    method: str,
+    time_limit_s: float | None,
+    mip_gap: float,
+    deadline: Deadline | None,
+) -> ResidencyResult:
     if deadline is None:
         deadline = Deadline(math.inf if time_limit_s is None else time_limit_s)
     if method in HEURISTICS:

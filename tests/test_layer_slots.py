@@ -1,0 +1,97 @@
+"""Plans laid out within `policy.layer_slots` (residency/layer_slots.py): serving engines give every
+GPU the same slots in every layer, so no device may hold more of one layer than its share."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import small_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from comoe_opt.instance import instance_from_table
+from comoe_opt.residency.layer_slots import laid_out, over_layer_slots
+from comoe_opt.residency.objective import layer_shares
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import residency_problem
+from comoe_opt.residency.solve import solve
+from comoe_opt.results import SolveResult, Status
+from comoe_opt.stats.demand import window_demand
+from comoe_opt.trace import instance_batches
+
+
+def _problem(slots: int, seed: int = 3, scenarios: int = 0):
+    table = small_table()  # 3 layers x 8 experts on 4 devices of 4 pages each
+    table["hardware"]["capacity_gb"] = 3 * slots  # room for `slots` replicas of each layer per device
+    table["trace"]["seed"] = seed
+    table["policy"].update(all_resident=True, layer_slots=slots, balance_scenarios=scenarios)
+    instance = instance_from_table(table, "small.toml")
+    demand = window_demand(instance_batches(instance).window(0, 4), instance.policy)
+    return residency_problem(instance, demand)
+
+
+def test_a_device_over_its_share_hands_a_replica_to_one_under_it() -> None:
+    problem = _problem(slots=3)
+    resident = np.zeros((3, 8, 4), dtype=bool)
+    for layer in range(3):
+        for e in range(8):
+            resident[layer, e, e % 4] = True  # two per device
+    resident[0, [2, 3], 0] = True  # layer 0: device 0 holds 4 (> 3): experts 0, 4, 2, 3
+    resident[0, 2, 2] = False
+    resident[0, 3, 3] = False
+    resident[0, 0, 1] = resident[0, 4, 2] = True  # devices 1..3 hold 3, 3, 1
+    placement = Placement(resident)
+    assert over_layer_slots(problem, placement) == [(0, 0)]
+    result = SolveResult("by hand", Status.FEASIBLE, np.inf, -np.inf, 0.0, placement, report=_report(problem))
+    fixed = laid_out(problem, result)
+    held = fixed.solution.resident.sum(axis=1)
+    assert held[0, 0] == 3 and held[0].max() == 3 and held[0].sum() == 10  # [4, 3, 2, 1] before
+    assert fixed.report.layout_moves == 1
+    assert (fixed.solution.resident[1:] == placement.resident[1:]).all()  # other layers untouched
+    # the move taken is the best of every move off device 0 onto a device with room (brute force)
+    scores = {}
+    for e in np.flatnonzero(placement.resident[0, :, 0]):
+        for h in (2, 3):
+            if not placement.resident[0, e, h]:
+                trial = placement.resident.copy()
+                trial[0, e, 0], trial[0, e, h] = False, True
+                scores[e, h] = problem.batches * layer_shares(problem, trial[0], 0)[0]
+    chosen = fixed.solution.resident[0] & ~placement.resident[0]
+    ((e, h),) = np.argwhere(chosen)
+    assert scores[e, h] == pytest.approx(min(scores.values()))
+
+
+def _report(problem):
+    from comoe_opt.residency.report import HeuristicReport
+    from comoe_opt.results import Timing
+
+    return HeuristicReport(terms=None, timing=Timing(time_limit_s=None, total_s=0.0, phases={}))
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 50), slots=st.sampled_from([2, 3]), method=st.sampled_from(["greedy", "milp"]))
+def test_every_method_plans_within_the_share_and_keeps_its_bound(seed: int, slots: int, method: str) -> None:
+    problem = _problem(slots, seed, scenarios=3)
+    result = solve(problem, method)
+    assert result.solution is not None and not over_layer_slots(problem, result.solution)
+    assert result.bound <= result.objective + 1e-9  # the bound of the plan without the share stands
+    free = solve(dataclasses.replace(problem, layer_slots=0), method)
+    if result.report.layout_moves == 0:
+        assert result.objective == pytest.approx(free.objective)  # nothing to lay out: the same plan
+
+
+def test_a_dump_planned_for_gpus_exports_the_slots_asked_for(tmp_path: Path, cli) -> None:
+    rng = np.random.default_rng(7)  # Llama-4-Maverick's recorder rows: 48 layers, MoE on the odd ones
+    counts = np.zeros((8, 48, 128), dtype=np.int64)
+    counts[:, 1::2] = rng.poisson(rng.gamma(0.5, 8.0, size=128), size=(8, 24, 128))
+    dump, out = tmp_path / "m.npz", tmp_path / "map.json"
+    np.savez(dump, logical_count=counts)
+    args = ["--gpus", 8, "--slots", 144, "--model", "llama-4-maverick", "--gpu", "h200"]
+    run = cli("solve", "--counts", dump, *args, "--work-limits", "--export", "sglang", "-o", out, "--json")
+    assert run.code == 0, run.err
+    rows = json.loads(out.read_text())["physical_to_logical_map"]
+    assert {len(row) for row in rows} == {144}  # 18 per GPU in every layer, as asked
