@@ -10,7 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import small_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
+from comoe_opt.best_split.cut_condition import layer_makespans
+from comoe_opt.best_split.split import Splitter
 from comoe_opt.costs import Costs, LayerTime, token_link_in_ms
 from comoe_opt.instance import instance_from_table
 from comoe_opt.replay import Run, Static, replay, serve
@@ -43,12 +48,27 @@ def test_the_even_split_reads_only_the_slots_that_take_a_token() -> None:
     assert served.peak[0, 0] == 4  # the token count is what it was
 
 
-def test_lp_charges_every_device_the_splits_peak_and_every_loaded_slot() -> None:
-    # the lp split's peak is 4 (expert 1 has one home); device 1 holds two loaded slots: 2 + 0.04
+def test_lp_and_flow_time_one_whole_token_split_at_the_best_makespan() -> None:
+    # the best makespan is 4 (expert 1 has one home, device 1); at a cap of 4 a split must send
+    # expert 0's token to device 0: device 0 max(1, 0.1) + 0.01, device 1 max(1, 0.4) + 0.04, its
+    # slot of expert 0 idle
     for dispatch in ("lp", "flow"):
         served = serve(_slots(), np.array([[[1, 4]]]), dispatch, TIMING)
-        assert served.layer_ms is not None and served.layer_ms[0, 0] == pytest.approx(2.04)
+        assert served.layer_ms is not None and served.layer_ms[0, 0] == pytest.approx(1.04)
     assert serve(_slots(), np.array([[[1, 4]]]), "lp").layer_ms is None  # untimed without rates
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    resident=arrays(bool, (5, 3)),
+    counts=arrays(np.int64, (5,), elements=st.integers(0, 9)),
+)
+def test_the_split_serves_every_token_within_the_best_makespan(resident, counts) -> None:
+    resident[:, 0] |= ~resident.any(axis=1)  # every expert somewhere
+    cap = int(np.ceil(layer_makespans(counts[None, :, None] * np.ones(3), resident)[0] - 1e-9))
+    served = Splitter(resident).split(counts, cap)
+    assert (served.sum(axis=1) == counts).all() and (served.sum(axis=0) <= cap).all()
+    assert not (served[~resident]).any()  # only where a replica is
 
 
 def test_tokens_reach_a_gpu_over_the_slower_share_of_its_two_links() -> None:

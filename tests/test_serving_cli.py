@@ -67,16 +67,20 @@ def test_compare_a_dump_with_redundant_slots_answers_from_the_table(tmp_path: Pa
 
 def test_compare_a_dump_table_answers_per_dispatch(tmp_path: Path, cli) -> None:
     dump = _dump(tmp_path)
-    out = cli("compare", "--counts", dump, "--gpus", 8, "--expert-mb", "44", *FAST, "--crossfit", "--json")
+    out = cli(
+        "compare", "--counts", dump, "--gpus", 8, "--expert-mb", "44", *FAST, "--crossfit", "--json",
+        "--replan-every", 1000,
+    )  # fmt: skip
     assert out.code == 0, out.err
     result = out.json()
+    assert result["replan_every"] == 1000
     rows = {(r["peer"], r["routing"]): r for r in result["rows"]}
     assert ("hindsight-crossfit", "flow") in rows  # --crossfit: a limit beside hindsight, not a peer
     even_time, lp_time, even, lp, gap, regime = result["answer"]  # sized (--expert-mb): led by time
     for line, routing in ((even_time, "even"), (lp_time, "lp")):
         planners = [r for r in result["rows"] if r["routing"] == routing and r["peer"] in ("eplb", "comoe")]
         best = max(planners, key=lambda r: r["net_ms_per_replan"])
-        assert f"by time: least MoE time over a re-plan every 3,000 steps: {best['peer']}," in line
+        assert f"by time: least MoE time over a re-plan every 1,000 steps: {best['peer']}," in line
         assert f"{best['net_ms_per_replan']:+,.1f} ms per re-plan against EPLB" in line
         static = rows[("static", routing)]["net_ms_per_replan"]
         assert ("re-balancing does not pay" in line) == (best["net_ms_per_replan"] <= static)

@@ -10,11 +10,10 @@ Three dispatches, the engines' and ours (formulations/mapping.md):
 * `flow` — our min-cost flow, whole tokens: its optimum is the LP's rounded up (max-flow
   integrality; tests/test_compare.py checks it against the flow and HiGHS).
 
-With a `LayerTime` (costs.py) each (step, layer) also gets the MoE layer's modelled time: under
-`even` from each device's own tokens and busy slots (exact in the model); under `lp` and `flow`,
-whose split per device is not computed, every device is charged the split's peak tokens and the
-weights of each slot whose expert has load (an upper bound of the model's time under that split;
-formulations/serving-time.md).
+With a `LayerTime` (costs.py) each (step, layer) also gets the MoE layer's modelled time from each
+device's own tokens and busy slots: under `even` the split's own; under `lp` and `flow` one
+whole-token split at the best makespan, rounded up (`best_split/split.py`: a maximum flow), the
+same for both (formulations/serving-time.md).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import numpy as np
 
 from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.best_split.even import even_split
+from comoe_opt.best_split.split import Splitter
 from comoe_opt.costs import LayerTime
 from comoe_opt.errors import ComoeError
 
@@ -96,5 +96,22 @@ def serve(slots: np.ndarray, counts: np.ndarray, dispatch: str, timing: LayerTim
         peak = np.ceil(peak - 1e-9)  # whole tokens: the flow's optimum
     if timing is None:
         return Served(peak, mean)
-    busy = np.einsum("nle,lec->nlc", (counts > 0).astype(np.float64), slots.astype(np.float64))
-    return Served(peak, mean, timing.layer_ms(np.broadcast_to(peak[..., None], busy.shape), busy))
+    tokens, busy = best_split_loads(slots, np.rint(counts), np.ceil(peak - 1e-9))
+    return Served(peak, mean, timing.layer_ms(tokens, busy))
+
+
+def best_split_loads(
+    slots: np.ndarray, counts: np.ndarray, caps: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """([n, L, C] tokens, [n, L, C] busy slots) of one whole-token split per step and layer with no
+    device above `caps` [n, L]; a device's slots of one expert are busy up to its tokens of it."""
+    n, layers, _ = counts.shape
+    devices = slots.shape[2]
+    tokens, busy = np.zeros((n, layers, devices)), np.zeros((n, layers, devices))
+    for layer in range(layers):
+        splitter = Splitter(slots[layer] > 0)
+        for t in range(n):
+            served = splitter.split(counts[t, layer].astype(np.int64), int(caps[t, layer]))
+            tokens[t, layer] = served.sum(axis=0)
+            busy[t, layer] = np.minimum(slots[layer], served).sum(axis=0)
+    return tokens, busy
