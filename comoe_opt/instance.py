@@ -435,10 +435,12 @@ class Policy:
         "every logical expert keeps at least one replica (serving engines such as SGLang require it)",
         default=False,
     )
-    balance: Literal["work", "tokens"] = param(
+    balance: Literal["work", "tokens", "auto"] = param(
         "what the three loops balance: work = expert time (per balance scenario the roofline, max of the "
         "page read and the tokens' FLOPs, as the evaluator charges it; on the mean load their sum), the fast "
-        "loop routing each expert's whole load to one replica; tokens = token counts, the engines' proxy",
+        "loop routing each expert's whole load to one replica; tokens = token counts, the engines' proxy; "
+        "auto = the rolling horizon chooses work or tokens by a backtest on modelled time "
+        "(planning/balance_backtest.py), tokens elsewhere",
         default="work",
     )
     balance_scenarios: int = param(

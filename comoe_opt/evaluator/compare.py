@@ -397,6 +397,14 @@ def weight_line(report: dict[str, Any]) -> str:
             f" Backtest at window {b['window']} on windows {b['origins']} (held-out ms per step by weight:"
             f" {scores}) chose {b['weight']:g}."
         )
+    for b in report.get("balance_backtests", []):
+        scores = ", ".join(f"{mode} {ms:.4g}" for mode, ms in b["ms_per_step"].items())
+        line += (
+            f" Balance backtest at window {b['window']} (modelled ms per step on window {b['window'] - 1}:"
+            f" {scores}) chose {b['mode']}."
+        )
+    if len(set(report.get("balance_per_window", []))) > 1 or report.get("balance_backtests"):
+        line += f" policy.balance per window: {' '.join(report['balance_per_window'])}."
     return line
 
 

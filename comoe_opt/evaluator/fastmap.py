@@ -49,7 +49,7 @@ def map_tokens(
 ) -> np.ndarray:
     """Assignment [tokens, k] of chiplets for one micro-batch and layer."""
     mapping = rt.strategy.mapping
-    if mapping == "flow" and (rt.instance.policy.balance == "tokens" or _compute_bound(rt, experts)):
+    if mapping == "flow" and (rt.instance.policy.balance != "work" or _compute_bound(rt, experts)):
         return _token_flow(rt, layer, experts, published, buffered, ahead_ms)
     if mapping == "flow":
         return _flow(rt, layer, experts, published, buffered, ahead_ms)

@@ -24,6 +24,7 @@ import numpy as np
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
 from comoe_opt.planning.backtest import PRIOR, WeightBacktest, WeightChoice
+from comoe_opt.planning.balance_backtest import AUTO, BalanceBacktest, BalanceChoice, mode_instances
 from comoe_opt.planning.window import Plan, plan_window, steps_demand
 from comoe_opt.residency.heuristics import HEURISTICS
 from comoe_opt.residency.placement import Placement
@@ -42,6 +43,7 @@ class WindowPlan:
     plan: Plan
     pages_moved: int
     weight: WeightChoice  # the migration weight it was planned with, and what chose it
+    balance: BalanceChoice  # what it balanced (policy.balance), and what chose it
 
     @property
     def result(self) -> ResidencyResult:
@@ -118,15 +120,19 @@ def rolling_horizon(
     planned_with: list[float] = []
     # a method that re-plans from scratch (EPLB, the engines' balancers) prices no copy: no backtest
     auto = policy.migration_weight < 0
-    backtest = WeightBacktest(instance, terms, history.counts) if auto and keeps_leases(method) else None
+    modes = mode_instances(instance)  # policy.balance = "auto": both modes, chosen by a backtest
+    chooser = BalanceBacktest(instance, history.counts) if policy.balance == AUTO else None
+    mode = chooser.current if chooser is not None else policy.balance
+    scorer = modes[mode]  # the weight backtest scores in the first mode's units throughout
+    backtest = WeightBacktest(scorer, terms, history.counts) if auto and keeps_leases(method) else None
     fixed = PRIOR if auto else policy.migration_weight
 
     def span_of(w: int) -> tuple[int, int]:
         return spans[w] if foresight else history_span(spans, w, policy.history_windows)
 
-    def plan(w: int, weight: float, limit_s: float | None = time_limit_s) -> Plan:
+    def plan(w: int, weight: float, limit_s: float | None = time_limit_s, balance: str | None = None) -> Plan:
         return plan_window(
-            instance,
+            modes[balance or mode],
             history.planning(*span_of(w)),
             served[w - 1] if w else None,
             leased_at[w],
@@ -141,8 +147,17 @@ def rolling_horizon(
         """Window `w` planned again at `weight` (the backtest's, on work limits as evaluations)."""
         return _placement(plan(w, weight, reproducible_limit(method)), w, method)
 
+    def replan_balancing(w: int, balance: str) -> Placement:
+        """Window `w` planned again balancing `balance`, at its own weight, on work limits."""
+        return _placement(plan(w, planned_with[w], reproducible_limit(method), balance), w, method)
+
     for w, (start, stop) in enumerate(spans):
         leased_at.append(leases.active(w) if keeps_leases(method) else None)
+        if chooser is None:
+            balanced = BalanceChoice(w, mode)
+        else:
+            balanced = chooser.mode_for(w, spans, served, replan_balancing)
+            mode = balanced.mode
         if backtest is None:
             choice = WeightChoice(w, fixed, None)
         else:
@@ -151,7 +166,7 @@ def rolling_horizon(
         placement = _placement(window_plan, w, method)
         previous = served[w - 1] if w else None
         moved = placement.pages_moved_from(previous)
-        yield WindowPlan(w, start, stop, span_of(w), window_plan, moved, choice)
+        yield WindowPlan(w, start, stop, span_of(w), window_plan, moved, choice, balanced)
         leases.renew(w, placement, previous)
         served.append(placement)
         planned_with.append(choice.weight)

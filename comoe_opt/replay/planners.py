@@ -20,6 +20,7 @@ from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.errors import ComoeError
 from comoe_opt.instance import Instance
 from comoe_opt.planning.backtest import WeightChoice
+from comoe_opt.planning.balance_backtest import BalanceChoice
 from comoe_opt.planning.rolling import WindowPlan, reproducible_limit, rolling_horizon
 from comoe_opt.planning.window import plan_window, steps_demand
 from comoe_opt.replay.replay import Window
@@ -42,6 +43,7 @@ class Rolling:
     peer: str
     time_limit_s: float | None = None
     weights: list[WeightChoice] = field(default_factory=list)  # the migration weight per window
+    balances: list[BalanceChoice] = field(default_factory=list)  # what each window balanced
     _plans: Any = None  # the rolling horizon's generator, made on the first window
     _steps: np.ndarray | None = None
 
@@ -88,6 +90,7 @@ class Rolling:
         if plan.window != window.index or plan.start != int(window.served[0]):
             raise ValueError(f"the replay's window {window.index} is not the rolling horizon's {plan.window}")
         self.weights.append(plan.weight)
+        self.balances.append(plan.balance)
         return plan
 
     def weight_report(self) -> dict[str, Any]:
@@ -95,6 +98,8 @@ class Rolling:
         return {
             "per_window": [c.weight for c in self.weights],
             "backtests": [c.to_dict() for c in self.weights if c.chosen_at == c.window],
+            "balance_per_window": [c.mode for c in self.balances],
+            "balance_backtests": [c.to_dict() for c in self.balances if c.chosen_at == c.window],
         }
 
 

@@ -118,7 +118,7 @@ def replay(
         assert kept is not None
         if w > 0 and in_service is not None:
             run.copies.append(copies(kept, in_service))
-            run.copies_into.append(most_copies_into_one(kept, in_service))
+            run.copies_into.append(kept.most_copied_into_one(in_service))
         run.placements.append(kept)
         in_service = kept
     return run
@@ -144,11 +144,6 @@ def windows_of(
 def copies(new: Placement, old: Placement) -> int:
     """(expert, device) pairs `new` holds that `old` did not: the weights a re-plan transfers."""
     return int((new.resident & ~old.resident).sum())
-
-
-def most_copies_into_one(new: Placement, old: Placement) -> int:
-    """The most experts `new` copies onto any one device."""
-    return int((new.resident & ~old.resident).sum(axis=(0, 1)).max(initial=0))
 
 
 @dataclass(frozen=True)

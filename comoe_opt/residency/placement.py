@@ -96,6 +96,11 @@ class Placement:
             return self.pages
         return int((self.resident & ~previous.resident).sum())
 
+    def most_copied_into_one(self, previous: Placement) -> int:
+        """The most pages copied onto any one chiplet to reach this placement from `previous`: each
+        chiplet receives its own at once, so this one sets a re-plan's stall."""
+        return int((self.resident & ~previous.resident).sum(axis=(0, 1)).max(initial=0))
+
 
 def _checked_slot_map(slot_map: np.ndarray, resident: np.ndarray) -> np.ndarray:
     """A read-only int64 copy of `slot_map`, which must hold on each chiplet exactly the experts

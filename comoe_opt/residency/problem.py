@@ -315,12 +315,13 @@ def _work_rates(instance: Instance, demand: WindowDemand) -> tuple[np.ndarray, n
 
     Each micro-batch that uses an expert reads its page once at local
     bandwidth and runs its tokens at peak compute, so the expected work is
-    `q · t_read + λ · t_flop`. With `balance = "tokens"` the work is
+    `q · t_read + λ · t_flop`. With `balance = "tokens"` (or `"auto"`, which the rolling horizon
+    resolves before a problem is built) the work is
     proportional to tokens instead, `λ · τ`, with τ chosen so that the total
     is the same and the two settings have the same scale.
     """
     read_ms, flop_ms = np.broadcast_arrays(instance.costs.read_ms, instance.costs.flop_ms)
-    if instance.policy.balance != "tokens":
+    if instance.policy.balance == "work":  # "auto" outside a rolling horizon: tokens, its prior
         return read_ms, flop_ms
     total = demand.used.sum() * read_ms + demand.tokens.sum() * flop_ms
     tokens = demand.tokens.sum()
