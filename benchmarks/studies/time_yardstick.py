@@ -4,7 +4,10 @@ would have named another, whether re-balancing pays against the static plan, and
 layer P95 is at or below every peer that copies at least as much.
 
     .venv/bin/python benchmarks/studies/time_yardstick.py [--suite regimes|scale] [--only A,B]
-        [--steps N] [--replan-every 3000] [--jobs 2]
+        [--steps N] [--replan-every 3000] [--jobs 2] [--balance tokens|work|auto]
+
+`--balance` overrides every regime's `policy.balance` (what CoMoE's slow loop balances), so that
+the modes can be compared on the same suite.
 
 Each regime runs on its suite's bounded steps (`--steps` caps them), compare's peers, no bound
 windows (the bound is not what this measures); plans are work-limited, so the table is the same on
@@ -25,15 +28,17 @@ from typing import Any
 from _common import RESULTS, SUITES, describe, slug
 
 from comoe_opt.evaluator.compare import STATIC, CompareSettings, compare
-from comoe_opt.instance import load_instance
+from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.trace.source import instance_step_counts
 
 DISPATCHES = ("even", "lp")
 OURS = "comoe"
 
 
-def run_regime(path: Path, steps: int, every: int, jobs: int) -> dict[str, Any]:
+def run_regime(path: Path, steps: int, every: int, jobs: int, balance: str | None = None) -> dict[str, Any]:
     instance = load_instance(path)
+    if balance is not None:
+        instance = with_overrides(instance, {"policy.balance": balance}, "--balance")
     counts = instance_step_counts(instance)[:steps]
     settings = CompareSettings(bound_windows=0, jobs=jobs, replan_every=every)
     return compare(instance, counts, settings)
@@ -81,16 +86,19 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="cap each regime's steps (0: the suite's)")
     parser.add_argument("--replan-every", type=int, default=3000)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--balance", choices=("tokens", "work", "auto"), help="override policy.balance")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     wanted = None if args.only is None else set(args.only.split(","))
-    out = args.out or RESULTS / f"time-yardstick-{args.suite}.md"
+    tag = f"-{args.balance}" if args.balance else ""
+    out = args.out or RESULTS / f"time-yardstick-{args.suite}{tag}.md"
     lines = [
         f"# compare by modelled time: the {args.suite} suite",
         "",
         f"Command `.venv/bin/python benchmarks/studies/time_yardstick.py --suite {args.suite}"
         + (f" --only {args.only}" if args.only else "")
         + (f" --steps {args.steps}" if args.steps else "")
+        + (f" --balance {args.balance}" if args.balance else "")
         + f"` ({describe()}). Re-plan interval {args.replan_every:,} steps. Per regime and dispatch:"
         " the balancer of least net time (time saved per step against EPLB over the interval, less"
         " its re-plan stall), the one token P95 names, how much re-balancing gains over EPLB's first"
@@ -102,16 +110,23 @@ def main() -> None:
         " | EPLB layer P95 | CoMoE net (ms) | CoMoE copies | peers copying as much | below CoMoE |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
+    chosen: dict[str, str] = {}  # CoMoE's policy.balance per window, per regime
     for regime in SUITES[args.suite]:
         if wanted is not None and regime.key not in wanted:
             continue
         steps = min(regime.steps, args.steps) if args.steps else regime.steps
         print(f"{regime.key}: {steps} steps", file=sys.stderr, flush=True)
-        result = run_regime(regime.path, steps, args.replan_every, args.jobs)
+        result = run_regime(regime.path, steps, args.replan_every, args.jobs, args.balance)
         lines += lines_of(regime.key, result, args.replan_every)
+        modes = (result.get("migration_weight") or {}).get("balance_per_window")
+        if modes:
+            chosen[regime.key] = " ".join(modes)
         rows = out.with_suffix("")  # every row of each regime's table, as compare --json gives it
         rows.mkdir(exist_ok=True)
         (rows / f"{slug(regime.key)}.json").write_text(json.dumps(result["rows"], indent=1) + "\n")
+    if args.balance == "auto":
+        lines += ["", "CoMoE's policy.balance per window (the backtest's choice):", ""]
+        lines += [f"- {key}: {modes}" for key, modes in chosen.items()]
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"wrote {out} and {out.with_suffix('')}/", file=sys.stderr)
