@@ -48,20 +48,22 @@ def test_the_choice_is_the_mode_that_served_the_origin_faster() -> None:
     assert choice.chosen_at == FIRST_WINDOW and set(choice.ms_per_step) == {"tokens", "work"}
     assert choice.mode == min(choice.ms_per_step, key=lambda m: (choice.ms_per_step[m], m != "tokens"))
     assert all(p.balance.mode == "tokens" for p in plans[:FIRST_WINDOW])  # the prior
-    # recomputed: origin 1 planned with each mode from window 0's plan, scored on its own steps
+    # recomputed: origin 2 planned with each mode from window 1's plan, its leases, scored on its
+    # own steps
+    o = FIRST_WINDOW - 1
     spans = windows(steps.shape[0], 4)
     scorer = BalanceBacktest(instance, lambda a, b: steps[a:b])
-    served0 = plans[0].placement
     leases = Leases(instance.policy.lease_windows)
-    leases.renew(0, served0, None)
+    for w in range(o):
+        leases.renew(w, plans[w].placement, plans[w - 1].placement if w else None)
     for mode, ms in choice.ms_per_step.items():
         fixed = with_overrides(instance, {"policy.balance": mode})
-        demand = steps_demand(fixed, steps[0:4])
+        demand = steps_demand(fixed, steps[slice(*spans[o - 1])])
         plan = plan_window(
-            fixed, demand, served0, leases.active(1), method=METHOD, batches=4, migration_weight=0.1
-        )
-        assert scorer.ms_per_step(plan.placement, served0, steps[4:8]) == ms
-    assert spans[1] == (4, 8)
+            fixed, demand, plans[o - 1].placement, leases.active(o), method=METHOD, batches=4,
+            migration_weight=0.1,
+        )  # fmt: skip
+        assert scorer.ms_per_step(plan.placement, steps[slice(*spans[o])]) == ms
 
 
 def test_same_input_same_choice_and_auto_alone_plans_as_tokens() -> None:

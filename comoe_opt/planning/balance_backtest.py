@@ -10,8 +10,10 @@ windows it has already served. At window w (`FIRST_WINDOW`, then every `EVERY` w
   the other mode (the history before o, the placement that served o − 1, the leases then, o's
   migration weight);
 * each scored on o's own steps by the MoE layer's modelled time under the engines' even split
-  (costs.py `LayerTime`: per step, the layers' summed time), plus its re-plan stall (the device
-  receiving the most copies) spread over o's steps;
+  (costs.py `LayerTime`: per step, the layers' summed time). The copies are not in the score: the
+  mode is a choice for the windows after, and each of their plans prices its own copies (the
+  migration weight); a switch's one-off copies, spread over a window of a dump cut in eight,
+  would outweigh any steady gain;
 * the lower wins from window w on; a tie keeps the current mode. The first windows plan with
   `"tokens"`.
 
@@ -33,7 +35,9 @@ from comoe_opt.residency.placement import Placement
 AUTO = "auto"
 MODES = ("tokens", "work")
 PRIOR = "tokens"  # before any origin has been scored: the engines' choice
-FIRST_WINDOW = 2  # window 1, planned on window 0, is the first served origin
+# the first window with an informative origin: window 2 (window 1 must keep every page window 0
+# copied in, leased for policy.lease_windows = 1 window: planned again in any mode it is the same)
+FIRST_WINDOW = 3
 EVERY = 8  # windows between backtests: one extra solve in eight windows
 
 
@@ -80,18 +84,13 @@ class BalanceBacktest:
         other = next(m for m in MODES if m != self.current)
         plans = {self.current: served[o], other: replan(o, other)}
         steps = self.counts(*spans[o])
-        scores = {m: self.ms_per_step(p, served[o - 1] if o else None, steps) for m, p in plans.items()}
+        scores = {m: self.ms_per_step(p, steps) for m, p in plans.items()}
         if scores[other] < scores[self.current]:
             self.current = other
         return BalanceChoice(w, self.current, w, scores)
 
-    def ms_per_step(self, plan: Placement, before: Placement | None, steps: np.ndarray) -> float:
-        """The MoE layers' modelled time per step of `steps` under the even split, and the plan's
-        re-plan stall spread over them."""
+    def ms_per_step(self, plan: Placement, steps: np.ndarray) -> float:
+        """The MoE layers' modelled time per step of `steps` under the even split."""
         loads, busy = even_split(np.rint(steps), plan.slots())
         assert busy is not None
-        per_step = self.timing.layer_ms(loads, busy).sum(axis=1).mean()
-        if before is None:
-            return float(per_step)
-        stall = plan.most_copied_into_one(before) * self.timing.replan_copy_ms
-        return float(per_step + stall / max(steps.shape[0], 1))
+        return float(self.timing.layer_ms(loads, busy).sum(axis=1).mean())
