@@ -269,7 +269,15 @@ def serving_table(
         per_gpu,
         "slots per layer on each GPU: SGLang, vLLM and TensorRT-LLM give every GPU the same in every layer",
     )
-    put("policy.balance", "tokens", "engines balance token counts per GPU")
+    sized = model is not None or setup.expert_mb is not None
+    put(
+        "policy.balance",
+        "auto" if sized else "tokens",
+        "CoMoE balances tokens or the experts' roofline work, chosen per call by a backtest on modelled"
+        " time (planning/balance_backtest.py)"
+        if sized
+        else "CoMoE balances token counts per GPU, as the engines do (no expert size: no time to model)",
+    )
     put(
         "policy.migration_weight",
         -1.0,
