@@ -15,13 +15,18 @@ from comoe_opt.files import atomic_path
 MAX_ID = 2**31  # an expert or device id beyond this is a corrupt value (and would overflow int64 math)
 
 
-def load_json(path: Path, what: str) -> Any:
+def read_text(path: Path, what: str) -> str:
+    """The file's text, or one line naming it (missing, unreadable, not UTF-8)."""
     if not path.exists():
         raise InputError(path, None, f"no such {what}")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, None, f"cannot read: {exc}") from None
+
+
+def load_json(path: Path, what: str) -> Any:
+    text = read_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -38,12 +43,7 @@ def load_yaml(path: Path, what: str) -> Any:
     """A YAML document (PyYAML's safe loader: plain data only), or one line naming the file."""
     import yaml
 
-    if not path.exists():
-        raise InputError(path, None, f"no such {what}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(path, None, f"cannot read: {exc}") from None
+    text = read_text(path, what)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
