@@ -70,6 +70,11 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         plots.plot_cdf(result, args.figure)
     shown: dict[str, Any] = {k: v for k, v in result.items() if k != "imbalance"}  # arrays: figure only
     shown["_text"] = cmp.markdown(result)
+    if not sized:  # the time columns are in units of an assumed expert size, not milliseconds
+        shown["_text"] += (
+            "\n\nThe time columns assume 1 GB per expert (no --model or --expert-mb): compare rows"
+            " with each other, not with a clock."
+        )
     if args.frontier:
         sweep = {
             "weights": args.migration_weights or front_.MIGRATION_WEIGHTS,
