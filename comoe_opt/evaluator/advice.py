@@ -22,11 +22,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from comoe_opt.evaluator.compare import STATIC
+from comoe_opt.evaluator.sweep import memory
 from comoe_opt.stats.regime import Regime
 
 KNEE = 0.01  # relative P95 improvement below which more redundant slots are not worth their memory
 OURS = "comoe"
-STATIC = "static"  # compare's row of EPLB's first plan kept (evaluator/compare.py STATIC)
 DISPATCHES = {"even": "the even split (vLLM, SGLang static/dynamic)", "lp": "SGLang's lp dispatch"}
 
 
@@ -94,8 +95,9 @@ def sweep_time_line(points: list[dict[str, Any]], routing: str, every: int) -> s
     )
     knee, peer = points[i], best[i]
     line = (
-        f"{DISPATCHES[routing]}, by time: {peer} at {knee['redundant']} redundant slots ({_memory_of(knee)}),"
-        f" {totals[i] / every:.4g} ms of MoE time per step over a re-plan every {every:,} steps"
+        f"{DISPATCHES[routing]}, by time: {peer} at {knee['redundant']} redundant slots"
+        f" ({memory(knee)} per GPU), {totals[i] / every:.4g} ms of MoE time per step over a re-plan"
+        f" every {every:,} steps"
     )
     line += (
         f" (still {100 * KNEE:g}% shorter or more at the last point: sweep further)"
@@ -117,12 +119,6 @@ def _pays(gain: float, every: int) -> str:
     if gain > 0:
         return f"; re-balancing pays {gain:,.1f} ms per {every:,} steps over EPLB's first plan kept"
     return f"; re-balancing does not pay: EPLB's first plan kept is {-gain:,.1f} ms ahead per {every:,} steps"
-
-
-def _memory_of(point: dict[str, Any]) -> str:
-    if point.get("gb_per_device") is None:
-        return f"{point['slots_per_device']} slots per GPU"
-    return f"{point['gb_per_device']:.3f} GB per GPU"
 
 
 def knee_index(points: list[dict[str, Any]], peer: str) -> int:

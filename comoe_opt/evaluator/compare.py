@@ -70,9 +70,8 @@ class CompareSettings:
     # worker processes the replays, the limits and the bound's solves are shared over (each is a
     # function of the input alone: the same table with any number)
     jobs: int = 1
-    replan_every: int = (
-        REPLAN_EVERY  # the user's re-plan interval, steps: what a re-plan's gain is summed over
-    )
+    # the user's re-plan interval, steps: what a re-plan's gain is summed over
+    replan_every: int = REPLAN_EVERY
 
 
 def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:

@@ -473,12 +473,9 @@ def write_trtllm(
 
 def _trtllm_layers(layers: int, where: ModelLayers | None) -> tuple[list[int], int, int]:
     """(model layer index of each placement layer, the model's first MoE layer, its layer count)."""
-    if where is None:
-        return list(range(layers)), 0, layers
-    ids, total = _sglang_model_layers(layers, where.ids, where.total)
-    if ids and ids[0] < where.first_moe:
-        raise InputError(None, "layer_ids", f"layer {ids[0]} is before the first MoE layer {where.first_moe}")
-    return ids, where.first_moe, total
+    first = 0 if where is None else where.first_moe
+    moe, count = _vllm_ascend_moe_layers(layers, where)  # MoE layer indices, counted from `first`
+    return [first + i for i in moe], first, first + count
 
 
 def read_trtllm(
