@@ -443,6 +443,12 @@ class Policy:
         "(planning/balance_backtest.py), tokens elsewhere",
         default="work",
     )
+    split: Literal["best", "even"] = param(
+        "the dispatch the slow loop plans for: best = the fast loop's best split (our flow, SGLang's lp); "
+        "even = each expert's tokens shared evenly by its replicas, every busy replica reading its page "
+        "(vLLM, SGLang's static and dynamic dispatch; residency/even_split.py)",
+        default="best",
+    )
     balance_scenarios: int = param(
         "micro-batches of the planning window kept as balance scenarios: the slow loop scores balance as "
         "each one's makespan under the best routing (0 = on the window's mean load)",

@@ -62,6 +62,7 @@ PEERS_APART = {("residency", "mapping"), ("mapping", "residency")}
 RESIDENCY_ORDER = (
     "placement",
     "problem",
+    "even_split",
     "schedule",
     "objective",
     "models",

@@ -12,6 +12,7 @@ from comoe_opt.evaluator import advice, plots
 from comoe_opt.evaluator import compare as cmp
 from comoe_opt.evaluator import frontier as front_
 from comoe_opt.evaluator import sweep as sweep_
+from comoe_opt.residency.even_split import SPLITS
 from comoe_opt.schema import plain_number
 from comoe_opt.stats.regime import counts_regime
 from comoe_opt.trace.counts import read_step_counts
@@ -56,6 +57,7 @@ def cmd_compare(args: argparse.Namespace) -> dict[str, Any]:
         bound_windows=args.bound_windows,
         jobs=args.jobs,
         replan_every=args.replan_every,
+        comoe_splits=SPLITS if args.comoe_split == "both" else (args.comoe_split,),
     )
     regime = counts_regime(steps, instance.costs) if sized else None
     theirs = advice.their_balancer(peers)

@@ -226,6 +226,14 @@ def _compare(verbs: Any) -> None:
         help="steps between your engine's re-plans: a re-plan's net time is the time it saves per step"
         f" over this many steps, less its stall (default {REPLAN_EVERY}, vLLM's EPLB step interval)",
     )
+    cmp.add_argument(
+        "--comoe-split",
+        choices=("both", "best", "even"),
+        default="both",
+        help="the dispatch CoMoE plans for (policy.split): both = its even-split rows from a plan made for"
+        " the even split, its lp and flow rows from one made for the best split (two plans); best or"
+        " even = one plan scored under every dispatch (default both)",
+    )
     cmp.add_argument("--figure", type=Path, help="write the figure (PNG) here (a missing folder is created)")
     cmp.add_argument(
         "--frontier",

@@ -27,7 +27,7 @@ import numpy as np
 from comoe_opt.costs import REPLAN_EVERY, LayerTime
 from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.strategies import COMPARE_PEERS
-from comoe_opt.instance import Instance
+from comoe_opt.instance import Instance, with_overrides
 from comoe_opt.parallel import parallel_map
 from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.planning.window import steps_demand
@@ -42,6 +42,7 @@ from comoe_opt.replay import (
     Static,
     replay,
 )
+from comoe_opt.residency.even_split import SPLITS
 from comoe_opt.residency.heuristics import eplb_slots
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
@@ -53,6 +54,8 @@ CROSSFIT = "hindsight-crossfit"  # hindsight knowing each window's load, not the
 STATIC = "static"  # EPLB planned once on the warm-up window and kept: serving without re-balancing
 LIMITS = ("oracle", "hindsight", CROSSFIT)  # rows that are limits, not planners
 BASELINE = "eplb"  # the row each net time is measured against (the balancer vLLM and SGLang ship)
+OURS = "comoe"
+EVEN_PLAN = "@even"  # CoMoE's task planned with policy.split = "even"
 ORACLE_STEPS = 4096  # steps the oracle plans, spread evenly over a longer trace (one EPLB plan per step)
 
 
@@ -72,6 +75,9 @@ class CompareSettings:
     jobs: int = 1
     # the user's re-plan interval, steps: what a re-plan's gain is summed over
     replan_every: int = REPLAN_EVERY
+    # the dispatches CoMoE plans for (policy.split): with both, its even-split rows come from a
+    # plan made for the even split and its lp and flow rows from one made for the best split
+    comoe_splits: tuple[str, ...] = SPLITS
 
 
 def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) -> dict[str, Any]:
@@ -79,11 +85,12 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
     steps = checked_steps(instance, steps, settings.steps)
     spans = windows(steps.shape[0], instance.policy.window_batches)
     done = run_tasks(instance, steps, spans, settings)
-    runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
+    runs = {peer: peer_run(done, peer, "lp", settings) for peer in settings.peers}  # the bound's
     timing = instance.layer_time
     rows, imbalance = [], {}
-    for peer, run in [*runs.items(), (STATIC, done[(STATIC, "")])]:
+    for peer in [*settings.peers, STATIC]:
         for routing in ROUTINGS:
+            run = done[(STATIC, "")] if peer == STATIC else peer_run(done, peer, routing, settings)
             served = run.served(steps, routing, timing)
             rows.append(row_of(peer, routing, served, run, timing))
             imbalance[f"{peer}/{routing}"] = served.imbalance
@@ -99,7 +106,7 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
     gaps = bound_gaps(instance, steps, spans, runs, settings, done)
     for row in rows:
         row["gap_to_bound"] = gaps["gaps"].get(row["peer"])
-    comoe = done.get(("peer", "comoe"))
+    comoe = done.get(("peer", planned_for("lp", settings))) if OURS in settings.peers else None
     return {
         "instance": instance.name,
         "steps": int(steps.shape[0]),
@@ -117,6 +124,8 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "rows": rows,
         # CoMoE's migration weight per window and, with policy.migration_weight = -1, the backtests
         "migration_weight": comoe[1] if comoe is not None else None,
+        # the plan CoMoE's rows of each dispatch come from (policy.split)
+        "comoe_planned_for": {r: split_of(planned_for(r, settings)) for r in ROUTINGS} if comoe else None,
         "imbalance": imbalance,
     }
 
@@ -155,7 +164,9 @@ def run_tasks(
     """Every replay, limit and bound solve of one compare, over `settings.jobs` worker processes:
     each peer's (Run, CoMoE's weight report or None), the oracle's Served, each bound window's
     milp bound (ms) and, with `hindsight`, each hindsight limit's Run."""
-    tasks: list[Task] = [("peer", peer) for peer in settings.peers]
+    tasks: list[Task] = [("peer", peer) for peer in settings.peers if peer != OURS]
+    if OURS in settings.peers:
+        tasks += [("peer", comoe_task(split)) for split in settings.comoe_splits]
     if hindsight:
         tasks += [("limit", "hindsight")] + ([("limit", CROSSFIT)] if settings.crossfit else [])
     tasks += [(STATIC, ""), ("oracle", "")] + [("bound", str(w)) for w in bound_windows(spans, settings)]
@@ -173,16 +184,19 @@ def _expected_order(task: Task) -> int:
     then the engines' balancers and the oracle (about a second a window each)."""
     kind, name = task
     if kind == "peer":
-        return {"comoe": 0, "ascend-flashlb": 2}.get(name, 4)
+        return {OURS: 0, comoe_task("even"): 0, "ascend-flashlb": 2}.get(name, 4)
     return {"limit": 1, "bound": 3}.get(kind, 4)
 
 
 def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSettings, Task]) -> Any:
     instance, steps, spans, settings, (kind, name) = item
     if kind == "peer":
-        planner = Rolling(instance, name)
+        planned = instance
+        if split_of(name) == "even":
+            planned = with_overrides(instance, {"policy.split": "even"}, "compare")
+        planner = Rolling(planned, name.removesuffix(EVEN_PLAN))
         run = replay(planner, steps, spans, instance.policy.history_windows)
-        return run, planner.weight_report() if name == "comoe" else None
+        return run, planner.weight_report() if planner.name == OURS else None
     if kind == "limit":
         limit = Rolling(instance, "exact", time_limit_s=settings.hindsight_limit_s)
         foresight: Foresight = "hindsight" if name == "hindsight" else "crossfit"
@@ -192,6 +206,27 @@ def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSe
     if kind == STATIC:
         return replay(Static(Rolling(instance, BASELINE)), steps, spans, instance.policy.history_windows)
     return window_bound(instance, steps, spans, int(name), settings)
+
+
+def peer_run(done: dict[Task, Any], peer: str, routing: str, settings: CompareSettings) -> Run:
+    """`peer`'s replay scored under `routing` (CoMoE's: its plan for that dispatch)."""
+    return done[("peer", planned_for(routing, settings) if peer == OURS else peer)][0]
+
+
+def planned_for(routing: str, settings: CompareSettings) -> str:
+    """The task whose CoMoE plan is scored under `routing`: the one made for its split where
+    CoMoE planned for it, else the other."""
+    wanted = "even" if routing == "even" else "best"
+    return comoe_task(wanted if wanted in settings.comoe_splits else settings.comoe_splits[0])
+
+
+def comoe_task(split: str) -> str:
+    """The name of CoMoE's task planned for `split`."""
+    return f"{OURS}{EVEN_PLAN}" if split == "even" else OURS
+
+
+def split_of(task_name: str) -> str:
+    return "even" if task_name.endswith(EVEN_PLAN) else "best"
 
 
 def row_of(

@@ -15,9 +15,11 @@ from comoe_opt.errors import ComoeError
 from comoe_opt.evaluator.compare import (
     STATIC,
     CompareSettings,
+    Task,
     add_net_time,
     bound_gaps,
     checked_steps,
+    peer_run,
     percent,
     row_of,
     run_tasks,
@@ -51,14 +53,14 @@ def redundancy_sweep(
         checked = checked_steps(at_point, steps, settings.steps)
         spans = windows(checked.shape[0], at_point.policy.window_batches)
         done = run_tasks(at_point, checked, spans, settings, hindsight=False)
-        runs = {peer: done[("peer", peer)][0] for peer in settings.peers}
+        runs = {peer: peer_run(done, peer, "flow", settings) for peer in settings.peers}
         gaps = bound_gaps(at_point, checked, spans, runs, settings, done)["gaps"]
         row: dict[str, Any] = {
             "redundant": extra,
             "slots_per_device": per_device,
             "gb_per_device": per_device * model.layers * model.page_gb if sized else None,
         }
-        timed = _timed_rows(at_point, checked, {**runs, STATIC: done[(STATIC, "")]}, settings.replan_every)
+        timed = _timed_rows(at_point, checked, done, settings)
         for peer, run in runs.items():
             ratio = run.served(checked, "flow").imbalance
             row[peer] = {"p95": float(np.percentile(ratio, 95)), "gap_to_bound": gaps[peer], **timed[peer]}
@@ -74,17 +76,19 @@ def redundancy_sweep(
     }
 
 
-def _timed_rows(instance: Instance, steps: np.ndarray, runs: dict[str, Any], every: int) -> dict[str, Any]:
-    """Per peer and dispatch in `TIMED`: its mean MoE time per step, layer P95, stall and net time
-    per re-plan against EPLB (compare's `row_of` and `add_net_time`)."""
-    rows = [
-        row_of(peer, routing, run.served(steps, routing, instance.layer_time), run, instance.layer_time)
-        for peer, run in runs.items()
-        for routing in TIMED
-    ]
-    add_net_time(rows, every)
+def _timed_rows(
+    instance: Instance, steps: np.ndarray, done: dict[Task, Any], settings: CompareSettings
+) -> dict[str, Any]:
+    """Per peer (and the static plan) and dispatch in `TIMED`: its mean MoE time per step, layer
+    P95, stall and net time per re-plan against EPLB (compare's `row_of` and `add_net_time`)."""
+    timing, rows = instance.layer_time, []
+    for peer in [*settings.peers, STATIC]:
+        for routing in TIMED:
+            run = done[(STATIC, "")] if peer == STATIC else peer_run(done, peer, routing, settings)
+            rows.append(row_of(peer, routing, run.served(steps, routing, timing), run, timing))
+    add_net_time(rows, settings.replan_every)
     keys = ("step_ms_mean", "layer_ms_p95", "migration_ms", "net_ms_per_replan")
-    out: dict[str, Any] = {peer: {} for peer in runs}
+    out: dict[str, Any] = {peer: {} for peer in [*settings.peers, STATIC]}
     for r in rows:
         out[r["peer"]][r["routing"]] = {k: r[k] for k in keys}
     return out

@@ -17,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-from comoe_opt.residency.objective import layer_shares, scenario_layer, score
+from comoe_opt.residency.objective import layer_makespan, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
@@ -106,7 +106,7 @@ def _cost(
     trial[e, g] = False
     if h >= 0:
         trial[e, h] = True
-    z = scenario_layer(problem, trial, li)[0] if problem.scenarios else layer_shares(problem, trial, li)[0]
+    z = layer_makespan(problem, trial, li)
     if before is None:
         return problem.batches * z
     # copies added: onto h where the previous plan had none, less the copy onto g it undoes

@@ -13,6 +13,9 @@ the copies from the previous placement:
 
     J = W · Σ_l (z_l + nop_l + Σ_e miss_le · [no replica]) + copy_ms · pages copied
 
+With `problem.split = "even"` (the engines' even split), z_l and NoP are the even split's
+instead (residency/even_split.py): never below the best split's, so its bounds hold.
+
 With balance scenarios (`problem.scenarios > 0`), z_l is instead the mean
 over the scenarios of each one's best-routing makespan (best_split/cut_condition.py), and
 NoP is each expert's tokens sent to its nearest replica — the two are
@@ -31,6 +34,7 @@ import numpy as np
 from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.best_split.shares import share_lp
 from comoe_opt.errors import ComoeError
+from comoe_opt.residency.even_split import even_layer
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -99,8 +103,8 @@ def score(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
     miss = float((problem.miss_ms * ~resident_any).sum())
     makespans, nops, balance = [], [], []
     for layer in range(problem.layers):
-        if problem.scenarios:
-            z, nop, even = scenario_layer(problem, placement.resident[layer], layer)
+        if problem.scenarios or problem.split == "even":
+            z, nop, even = layer_terms(problem, placement.resident[layer], layer)
             makespans.append(z)
             nops.append(nop)
             balance.append(even)
@@ -120,6 +124,21 @@ def score(problem: ResidencyProblem, placement: Placement) -> ObjectiveTerms:
         layer_makespan_ms=tuple(makespans),
         layer_balance=tuple(balance),
     )
+
+
+def layer_terms(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> tuple[float, float, float]:
+    """(makespan, NoP, balance) of one layer under the split the problem is planned for: the best
+    split's on the scenarios, or the even split's (residency/even_split.py)."""
+    if problem.split == "even":
+        return even_layer(problem, resident, layer)
+    return scenario_layer(problem, resident, layer)
+
+
+def layer_makespan(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> float:
+    """z_l of one layer: the scenarios' or the split's (layer_terms), else the mean load's LP."""
+    if problem.scenarios or problem.split == "even":
+        return layer_terms(problem, resident, layer)[0]
+    return layer_shares(problem, resident, layer)[0]
 
 
 def scenario_layer(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> tuple[float, float, float]:

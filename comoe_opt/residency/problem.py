@@ -54,6 +54,11 @@ class ResidencyProblem:
     load_counts: np.ndarray | None = None  # [L, E] the unscaled selections `tokens` comes from (EPLB's)
     step_counts: np.ndarray | None = None  # [T, L, E] the same per step (the engines' per-step planners)
     layer_slots: int = 0  # most replicas of one layer per chiplet (0 = any): solve() lays plans out within it
+    # the dispatch the plan is scored for: "best" (the fast loop's best split) or "even" (each
+    # expert's tokens shared evenly by its replicas: residency/even_split.py)
+    split: str = "best"
+    scenario_tokens: np.ndarray | None = None  # [S, L, E] the scenarios' selections (the even split's shares)
+    work_rates: tuple[np.ndarray, np.ndarray] = (np.zeros(1), np.zeros(1))  # [C] ms per use, per token
 
     def __post_init__(self) -> None:
         check_feasibility(self)
@@ -223,6 +228,9 @@ def residency_problem(
         load_counts=demand.load_counts,
         step_counts=demand.step_counts,
         layer_slots=policy.layer_slots,
+        split=policy.split,
+        scenario_tokens=demand.scenario_tokens if scenario_work is not None else None,
+        work_rates=(np.broadcast_to(per_use, (hw.chiplets,)), np.broadcast_to(per_token, (hw.chiplets,))),
     )
 
 

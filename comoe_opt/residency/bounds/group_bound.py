@@ -125,6 +125,7 @@ def layer_problem(problem: ResidencyProblem, layer: int, scenarios: np.ndarray) 
 
     previous = None if problem.previous is None else Placement(problem.previous.resident[[layer]])
     tenants = tuple(Tenant(t.name, t.owns[[layer]], t.max_pages) for t in problem.tenants)
+    tokens = problem.scenario_tokens
     return dataclasses.replace(
         problem,
         miss_ms=one(problem.miss_ms),
@@ -135,6 +136,7 @@ def layer_problem(problem: ResidencyProblem, layer: int, scenarios: np.ndarray) 
         leased=None if problem.leased is None else one(problem.leased),
         tenants=tenants,
         scenario_work_ms=problem.scenario_work[np.asarray(scenarios)][:, [layer]],
+        scenario_tokens=None if tokens is None else tokens[np.asarray(scenarios)][:, [layer]],
         load_counts=None,
         step_counts=None,
     )

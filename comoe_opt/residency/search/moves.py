@@ -44,6 +44,13 @@ class MoveRules:
             return False
         return not ((self.lease[a] >> c) & 1 or (self.lease[b] >> d) & 1)
 
+    def drop_allowed(self, a: int, ma: int, c: int) -> bool:
+        """Whether a's replica on c may be dropped (replica set `ma`): it frees a page, so only
+        a lease and all_resident can stop it."""
+        if not (ma >> c) & 1 or (self.lease[a] >> c) & 1:
+            return False
+        return not (self.all_resident and ma.bit_count() < 2)
+
     def replace_allowed(self, a: int, ma: int, c: int, b: int, mb: int, room: np.ndarray) -> bool:
         """Whether a's replica on c may become one of b (replica sets `ma`, `mb`), the tenants
         having `room` pages left."""

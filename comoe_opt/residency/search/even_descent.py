@@ -1,0 +1,253 @@
+"""Steepest descent on the even split's objective (`policy.split = "even"`): the slow loop's plan,
+whose replica counts and places the best-split models chose, re-arranged for the dispatch the
+engine does (residency/even_split.py).
+
+Under the even split a replica's share is its expert's tokens over the expert's replica count, so
+a replica's place and every expert's count both set the chiplets' loads. A pass looks at the
+layer's hot chiplets, those that are some scenario's peak, the most often first, and scores
+every move off the first one that has an improving move, exactly on every scenario:
+
+* swap — its replica of e trades places with a replica of f on chiplet d: two chiplets change;
+* replace — its replica of e becomes one of f, or a replica of e elsewhere becomes one of f
+  held on the hot chiplet (f's share there shrinks): e's other replicas take larger shares and
+  f's smaller, so every chiplet holding either changes;
+* drop — its replica of e goes: where a busy replica's page read outweighs its share of the
+  tokens (`balance = "work"`), fewer replicas are faster.
+
+None adds a page to a chiplet, so capacity, the budget and `policy.layer_slots` hold by
+construction; the best move that lowers the layer's share of the objective,
+`W · (mean scenario makespan + NoP + misses) + κ · copies`, and keeps moves.py's rules (leases,
+quotas, the replica limit, all_resident) is applied. At most `problem.search_moves` moves per
+layer: bounded by work, the same plan on any machine. Where no move lowers the objective, one
+that keeps it and lowers the scenarios' sum of squared loads is taken: a max has plateaus (two
+chiplets at the peak), and this lets a pass unload one of them so that the next can lower it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from comoe_opt.best_split.cut_condition import int_masks
+from comoe_opt.deadline import Deadline
+from comoe_opt.residency.even_split import replica_work, shares
+from comoe_opt.residency.placement import Placement
+from comoe_opt.residency.problem import ResidencyProblem
+from comoe_opt.residency.search.moves import MoveRules
+
+TOLERANCE = 1e-9  # relative: a move must lower the layer's objective by more than round-off
+# relative: how much a plateau move (one that lowers the loads' squares) may raise the objective,
+# e.g. by NoP a millionth of the balance term; the best plan seen is kept, so none is worse
+PLATEAU = 1e-6
+CHUNK_CELLS = 2**22  # (candidate, scenario, chiplet) loads scored at once: 32 MB
+
+
+def even_descent(
+    problem: ResidencyProblem, placement: Placement, deadline: Deadline | None = None
+) -> Placement:
+    """`placement` improved for the even split (unchanged for the best split or without moves);
+    never worse on the even objective. A `deadline`, checked between layers, may cut it short."""
+    if problem.split != "even" or problem.search_moves == 0:
+        return placement
+    resident = placement.resident.copy()
+    room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
+    for layer in range(problem.layers):
+        if deadline is not None and deadline.expired():
+            deadline.note(f"even-split descent: stopped by the time limit after {layer} layers")
+            break
+        _LayerDescent(problem, resident[layer], layer, room).run()
+    return Placement(resident)
+
+
+class _LayerDescent:
+    """One layer's replicas `held` [E, C] (changed in place) with each scenario's chiplet loads
+    and each expert's own terms kept exact move by move."""
+
+    def __init__(self, problem: ResidencyProblem, held: np.ndarray, layer: int, room: np.ndarray) -> None:
+        self.p, self.held, self.layer, self.room = problem, held, layer, room
+        self.rules = MoveRules.of(problem, layer)
+        prev = problem.previous.resident[layer] if problem.previous is not None else np.zeros_like(held)
+        self.fresh = ~prev  # [E, C] a replica here is a copy
+        self.nop = problem.nop_ms_per_token
+        self.tokens, self.miss = problem.tokens[layer], problem.miss_ms[layer]
+        self.change = 0.0  # the objective's change so far
+        self._refresh()
+
+    def _refresh(self) -> None:
+        held, r = self.held, self.held.sum(axis=1)
+        self.r = r
+        self.now = replica_work(self.p, self.layer, r)  # [S, E, C]
+        self.fewer = replica_work(self.p, self.layer, r - 1)
+        self.more = replica_work(self.p, self.layer, r + 1)
+        self.loads = np.einsum("sec,ec->sc", self.now, shares(held))
+        self.nopsum = (held * self.nop).sum(axis=1)
+        self.copies = (held & self.fresh).sum(axis=1)
+        self.spread = float((self.loads**2).sum(axis=1).mean())  # the tie-break: loads' squares
+
+    def run(self) -> None:
+        """At most `search_moves` moves; `held` left at the best plan seen."""
+        best, best_held = 0.0, self.held.copy()
+        for _ in range(self.p.search_moves):
+            if not self._step():
+                break
+            if self.change < best - TOLERANCE * max(1.0, abs(best)):
+                best, best_held = self.change, self.held.copy()
+        self.held[:] = best_held
+
+    def _step(self) -> bool:
+        peaks = self.loads.max(axis=1)
+        # chiplets at some scenario's peak (ties all count), the most often first
+        hot = (self.loads >= peaks[:, None] * (1 - TOLERANCE)).sum(axis=0)
+        for h in np.argsort(-hot, kind="stable")[: int((hot > 0).sum())]:
+            if self._move_off(int(h), float(peaks.mean())):
+                return True
+        return False
+
+    def _terms(self, e: np.ndarray, r: np.ndarray, nopsum: np.ndarray, copies: np.ndarray) -> np.ndarray:
+        """Experts e's `W · (NoP + miss) + κ · copies` with r replicas of NoP sum `nopsum`."""
+        least = float(self.nop.min()) if self.nop.size else 0.0
+        nop = np.where(r > 0, nopsum / np.maximum(r, 1), least)
+        own = self.tokens[e] * nop + self.miss[e] * (r == 0)
+        return self.p.batches * own + self.p.copy_ms * copies
+
+    def _move_off(self, h: int, base: float) -> bool:
+        """Apply the best allowed improving move off chiplet h; whether there was one."""
+        swaps, swap_delta, swap_spread = self._swaps(h, base)
+        replaces, replace_delta, replace_spread = self._replaces(h, base)
+        drops, drop_delta, drop_spread = self._drops(h, base)
+        deltas = np.concatenate([swap_delta, replace_delta, drop_delta])
+        spreads = np.concatenate([swap_spread, replace_spread, drop_spread])
+        first_replace, first_drop = len(swap_delta), len(swap_delta) + len(replace_delta)
+        # lower objective first; on its plateau (a peak other chiplets share), a lower spread
+        scale = max(1.0, self.p.batches * base)
+        lower = deltas < -TOLERANCE * scale
+        level = ~lower & (deltas <= PLATEAU * scale) & (spreads < -TOLERANCE * max(1.0, self.spread))
+        order = np.concatenate(
+            [np.flatnonzero(lower)[np.argsort(deltas[lower], kind="stable")],
+             np.flatnonzero(level)[np.argsort(spreads[level], kind="stable")]]
+        )  # fmt: skip
+        for i in order:
+            if i < first_replace:
+                done = self._swap(h, *swaps[:, i])
+            elif i < first_drop:
+                done = self._replace(*replaces[:, i - first_replace])
+            else:
+                done = self._drop(h, int(drops[i - first_drop]))
+            if done:
+                self.change += float(deltas[i])
+                return True
+        return False
+
+    def _rest(self, h: int, d: np.ndarray) -> np.ndarray:
+        """[S, K] each scenario's largest load on a chiplet other than h and d[k]."""
+        chiplets = self.loads.shape[1]
+        order = np.argsort(-self.loads, axis=1, kind="stable")[:, :3]
+        values = np.take_along_axis(self.loads, order, axis=1)
+        rest = np.zeros((self.loads.shape[0], len(d)))
+        for j in reversed(range(min(3, chiplets))):
+            free = (order[:, j, None] != h) & (order[:, j, None] != d[None, :])
+            rest = np.where(free, values[:, j, None], rest)
+        return rest
+
+    def _swaps(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([3, K] (e, f, d) of every swap of a replica on h, [K] each one's objective change,
+        [K] each one's change of the scenarios' mean sum of squared loads)."""
+        on_h = np.flatnonzero(self.held[:, h])
+        fs, ds = np.nonzero(self.held)
+        fs, ds = fs[ds != h], ds[ds != h]
+        e, f, d = np.repeat(on_h, len(fs)), np.tile(fs, len(on_h)), np.tile(ds, len(on_h))
+        ok = (e != f) & ~self.held[e, d] & ~self.held[f, h]
+        e, f, d = e[ok], f[ok], d[ok]
+        now = self.now
+        new_h = self.loads[:, h, None] - now[:, e, h] + now[:, f, h]
+        new_d = self.loads[:, d] - now[:, f, d] + now[:, e, d]
+        peak = np.maximum(np.maximum(new_h, new_d), self._rest(h, d)).mean(axis=0)
+        nop_shift = self.nop[d] - self.nop[h]
+        e_copies = self.copies[e] - self.fresh[e, h] + self.fresh[e, d]
+        f_copies = self.copies[f] - self.fresh[f, d] + self.fresh[f, h]
+        terms = self._terms(e, self.r[e], self.nopsum[e] + nop_shift, e_copies)
+        terms += self._terms(f, self.r[f], self.nopsum[f] - nop_shift, f_copies)
+        terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
+        terms -= self._terms(f, self.r[f], self.nopsum[f], self.copies[f])
+        spread = (new_h**2 - self.loads[:, h, None] ** 2 + new_d**2 - self.loads[:, d] ** 2).mean(axis=0)
+        return np.stack([e, f, d]), self.p.batches * (peak - base) + terms, spread
+
+    def _replaces(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([3, K] (e, c, f) of every replace that unloads h: a replica on h becomes one of any
+        expert, or a replica elsewhere becomes one of an expert on h (whose share on h shrinks);
+        [K] each one's objective and squares' changes."""
+        held = self.held
+        on_h, off_h = np.flatnonzero(held[:, h]), np.flatnonzero(~held[:, h])
+        away, where = np.nonzero(held)
+        away, where = away[where != h], where[where != h]
+        e = np.concatenate([np.repeat(on_h, len(off_h)), np.repeat(away, len(on_h))])
+        c = np.concatenate([np.full(len(on_h) * len(off_h), h), np.repeat(where, len(on_h))])
+        f = np.concatenate([np.tile(off_h, len(on_h)), np.tile(on_h, len(away))])
+        ok = (e != f) & ~held[f, c]
+        e, c, f = e[ok], c[ok], f[ok]
+        peaks, spread = np.empty(len(e)), np.empty(len(e))
+        cells = max(1, CHUNK_CELLS // max(1, self.loads.size))
+        for k in range(0, len(e), cells):
+            part = slice(k, k + cells)
+            loads = self.loads[None] + self._losses(e[part], c[part]) + self._gains(f[part], c[part])
+            peaks[part], spread[part] = loads.max(axis=2).mean(axis=1), (loads**2).sum(axis=2).mean(axis=1)
+        nop = self.nop[c]
+        terms = self._terms(e, self.r[e] - 1, self.nopsum[e] - nop, self.copies[e] - self.fresh[e, c])
+        terms += self._terms(f, self.r[f] + 1, self.nopsum[f] + nop, self.copies[f] + self.fresh[f, c])
+        terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
+        terms -= self._terms(f, self.r[f], self.nopsum[f], self.copies[f])
+        return np.stack([e, c, f]), self.p.batches * (peaks - base) + terms, spread - self.spread
+
+    def _losses(self, e: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """[K, S, C] the loads' change when expert e[k] loses its replica on c[k]: its other
+        chiplets take larger shares; with none left, its work is spread over every chiplet."""
+        k = np.arange(len(e))
+        lose = self.held[e][:, None, :] * (self.fewer[:, e] - self.now[:, e]).transpose(1, 0, 2)
+        lose[k, :, c] = -self.now[:, e, c].T
+        last = self.r[e] == 1
+        lose += last[:, None, None] * self.fewer[:, e].transpose(1, 0, 2) / self.held.shape[1]
+        return lose
+
+    def _gains(self, f: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """[K, S, C] the loads' change when expert f[k] gains a replica on c[k]: its chiplets take
+        smaller shares (none before: its spread work goes)."""
+        k = np.arange(len(f))
+        gain = self.held[f][:, None, :] * (self.more[:, f] - self.now[:, f]).transpose(1, 0, 2)
+        gain[k, :, c] += self.more[:, f, c].T
+        gain -= (self.r[f] == 0)[:, None, None] * self.now[:, f].transpose(1, 0, 2) / self.held.shape[1]
+        return gain
+
+    def _drops(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([K] e of every drop of a replica on h, [K] its objective and squares' changes)."""
+        e = np.flatnonzero(self.held[:, h])
+        loads = self.loads[None] + self._losses(e, np.full(len(e), h))  # [K, S, C]
+        peaks, spread = loads.max(axis=2).mean(axis=1), (loads**2).sum(axis=2).mean(axis=1)
+        terms = self._terms(e, self.r[e] - 1, self.nopsum[e] - self.nop[h], self.copies[e] - self.fresh[e, h])
+        terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
+        return e, self.p.batches * (peaks - base) + terms, spread - self.spread
+
+    def _drop(self, h: int, e: int) -> bool:
+        if not self.rules.drop_allowed(e, int_masks(self.held[[e]])[0], h):
+            return False
+        self.held[e, h] = False
+        if self.rules.owner.shape[0]:
+            self.room += self.rules.owner[:, e]
+        self._refresh()
+        return True
+
+    def _swap(self, h: int, e: int, f: int, d: int) -> bool:
+        masks = int_masks(self.held[[e, f]])
+        if not self.rules.swap_allowed(e, masks[0], h, f, masks[1], d):
+            return False
+        self.held[e, h], self.held[f, d], self.held[e, d], self.held[f, h] = False, False, True, True
+        self._refresh()
+        return True
+
+    def _replace(self, e: int, c: int, f: int) -> bool:
+        masks = int_masks(self.held[[e, f]])
+        if not self.rules.replace_allowed(e, masks[0], c, f, masks[1], self.room):
+            return False
+        self.held[e, c], self.held[f, c] = False, True
+        if self.rules.owner.shape[0]:
+            self.room -= self.rules.owner[:, f] - self.rules.owner[:, e]
+        self._refresh()
+        return True
