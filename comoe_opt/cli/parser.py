@@ -139,6 +139,13 @@ def _solve(verbs: Any) -> None:
     )
     sub.add_argument("--gap", type=float, help="relative MIP gap in [0, 1] (default: policy.mip_gap)")
     sub.add_argument(
+        "--dispatch",
+        choices=("best", "even"),
+        help="the dispatch to plan for (policy.split): even = each expert's tokens shared evenly by its"
+        " replicas (vLLM, vLLM-Ascend, SGLang's static and dynamic); best = the best split (SGLang's lp,"
+        " our flow) (default: policy.split, best)",
+    )
+    sub.add_argument(
         "--scenarios",
         type=int,
         help="score balance on this many sampled micro-batches, 0 = on the mean load "

@@ -32,6 +32,7 @@ def cmd_solve(args: argparse.Namespace) -> dict[str, Any]:
     instance = _with_scenarios(instance, args)
     instance = option_into(instance, "--time-limit", "policy.time_limit_s", args.time_limit)
     instance = option_into(instance, "--gap", "policy.mip_gap", args.gap)
+    instance = option_into(instance, "--dispatch", "policy.split", args.dispatch)
     limit, gap = instance.policy.time_limit_s, instance.policy.mip_gap
     if args.work_limits:
         if args.time_limit is not None:

@@ -23,7 +23,7 @@ from comoe_opt.residency.layer_slots import laid_out
 from comoe_opt.residency.methods import RESIDENCY_METHODS
 from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem
-from comoe_opt.residency.report import ResidencyResult
+from comoe_opt.residency.report import ModelReport, ResidencyResult
 from comoe_opt.residency.search.even_descent import even_descent
 from comoe_opt.results import BOUND_TOLERANCE, Status, relative_gap
 
@@ -59,11 +59,21 @@ def _even_refined(
         return result
     found = even_descent(problem, result.solution, deadline)
     terms = score(problem, found)
-    if terms.total >= result.objective:
+    # with layer slots the descent first fills every free slot (an engine's map is full and each
+    # slot takes its share), so its plan is kept even where the plan with holes scored lower
+    if terms.total >= result.objective and not problem.layer_slots:
         return result
     proven = relative_gap(terms.total, result.bound, result.constant) <= mip_gap + BOUND_TOLERANCE
-    status = Status.OPTIMAL if proven else result.status
+    status = (
+        Status.OPTIMAL
+        if proven
+        else Status.TIME_LIMIT
+        if result.status == Status.TIME_LIMIT
+        else Status.FEASIBLE
+    )
     report = dataclasses.replace(result.report, terms=terms)
+    if isinstance(report, ModelReport):
+        report = dataclasses.replace(report, placement_from=f"{report.placement_from} + even-split descent")
     return dataclasses.replace(result, status=status, objective=terms.total, solution=found, report=report)
 
 

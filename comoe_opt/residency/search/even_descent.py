@@ -12,7 +12,9 @@ every move off the first one that has an improving move, exactly on every scenar
   held on the hot chiplet (f's share there shrinks): e's other replicas take larger shares and
   f's smaller, so every chiplet holding either changes;
 * drop — its replica of e goes: where a busy replica's page read outweighs its share of the
-  tokens (`balance = "work"`), fewer replicas are faster.
+  tokens (`balance = "work"`), fewer replicas are faster. Not with `policy.layer_slots` (serving
+  GPUs): an engine's slot map is full and every slot takes its share, so each free slot is first
+  given the replica of least objective (`fill`), and the moves keep every slot.
 
 None adds a page to a chiplet, so capacity, the budget and `policy.layer_slots` hold by
 construction; the best move that lowers the layer's share of the objective,
@@ -38,6 +40,7 @@ TOLERANCE = 1e-9  # relative: a move must lower the layer's objective by more th
 # relative: how much a plateau move (one that lowers the loads' squares) may raise the objective,
 # e.g. by NoP a millionth of the balance term; the best plan seen is kept, so none is worse
 PLATEAU = 1e-6
+SHORTLIST = 16  # replaces scored per expert on the hot chiplet, of each kind: a work limit
 CHUNK_CELLS = 2**22  # (candidate, scenario, chiplet) loads scored at once: 32 MB
 
 
@@ -50,11 +53,15 @@ def even_descent(
         return placement
     resident = placement.resident.copy()
     room = np.array([t.max_pages - int(resident[t.owns].sum()) for t in problem.tenants], dtype=np.int64)
+    pages = resident.sum(axis=(0, 1))  # [C] pages each chiplet holds
     for layer in range(problem.layers):
         if deadline is not None and deadline.expired():
             deadline.note(f"even-split descent: stopped by the time limit after {layer} layers")
             break
-        _LayerDescent(problem, resident[layer], layer, room).run()
+        descent = _LayerDescent(problem, resident[layer], layer, room)
+        if problem.layer_slots:
+            descent.fill(pages)
+        descent.run()
     return Placement(resident)
 
 
@@ -83,6 +90,35 @@ class _LayerDescent:
         self.copies = (held & self.fresh).sum(axis=1)
         self.spread = float((self.loads**2).sum(axis=1).mean())  # the tie-break: loads' squares
 
+    def fill(self, pages: np.ndarray) -> None:
+        """Give each free slot of the layer (`layer_slots` less the replicas a chiplet holds, while
+        its capacity and the budget allow; `pages` [C] updated) a replica, the add of least
+        objective first: an engine's slot map is full, and under the even split every slot takes
+        a share."""
+        p, held = self.p, self.held
+        while int(pages.sum()) < p.budget_pages:
+            free = np.flatnonzero((held.sum(axis=0) < p.layer_slots) & (pages < p.capacity_pages))
+            base = float(self.loads.max(axis=1).mean())
+            best: tuple[float, int, int] | None = None
+            for c in free:
+                f = np.flatnonzero(~held[:, c])
+                loads = self.loads[None] + self._gains(f, np.full(len(f), c))
+                delta = p.batches * (loads.max(axis=2).mean(axis=1) - base) + self._gained(f, int(c))
+                for i in np.argsort(delta, kind="stable"):
+                    if best is not None and delta[i] >= best[0]:
+                        break
+                    if self.rules.add_allowed(int(f[i]), int_masks(held[[f[i]]])[0], int(c), self.room):
+                        best = (float(delta[i]), int(f[i]), int(c))
+                        break
+            if best is None:
+                return
+            _, f_best, c_best = best
+            held[f_best, c_best] = True
+            pages[c_best] += 1
+            if self.rules.owner.shape[0]:
+                self.room -= self.rules.owner[:, f_best]
+            self._refresh()
+
     def run(self) -> None:
         """At most `search_moves` moves; `held` left at the best plan seen."""
         best, best_held = 0.0, self.held.copy()
@@ -109,30 +145,43 @@ class _LayerDescent:
         own = self.tokens[e] * nop + self.miss[e] * (r == 0)
         return self.p.batches * own + self.p.copy_ms * copies
 
+    def _lost(self, e: np.ndarray, c: np.ndarray | int) -> np.ndarray:
+        """The change of experts e's own terms when each loses its replica on c."""
+        r, nopsum, copies = self.r[e], self.nopsum[e], self.copies[e]
+        return self._terms(e, r - 1, nopsum - self.nop[c], copies - self.fresh[e, c]) - self._terms(
+            e, r, nopsum, copies
+        )
+
+    def _gained(self, f: np.ndarray, c: np.ndarray | int) -> np.ndarray:
+        """The change of experts f's own terms when each gains a replica on c."""
+        r, nopsum, copies = self.r[f], self.nopsum[f], self.copies[f]
+        return self._terms(f, r + 1, nopsum + self.nop[c], copies + self.fresh[f, c]) - self._terms(
+            f, r, nopsum, copies
+        )
+
     def _move_off(self, h: int, base: float) -> bool:
         """Apply the best allowed improving move off chiplet h; whether there was one."""
-        swaps, swap_delta, swap_spread = self._swaps(h, base)
-        replaces, replace_delta, replace_spread = self._replaces(h, base)
-        drops, drop_delta, drop_spread = self._drops(h, base)
-        deltas = np.concatenate([swap_delta, replace_delta, drop_delta])
-        spreads = np.concatenate([swap_spread, replace_spread, drop_spread])
-        first_replace, first_drop = len(swap_delta), len(swap_delta) + len(replace_delta)
-        # lower objective first; on its plateau (a peak other chiplets share), a lower spread
+        kinds = [(self._swap, *self._swaps(h, base)), (self._replace, *self._replaces(h, base))]
+        if not self.p.layer_slots:  # an engine's slot map is full: every slot holds a replica
+            kinds.append((self._drop, *self._drops(h, base)))
+        return self._apply_best(kinds, base, plateau=True)
+
+    def _apply_best(self, kinds: list[tuple], base: float, plateau: bool) -> bool:
+        """Apply the best allowed move of `kinds` (each: how to apply one, [*, K] the moves, [K]
+        objective changes, [K] squares' changes) that lowers the objective or, with `plateau`,
+        keeps it within PLATEAU and lowers the squares; whether one was applied."""
+        apply = [k[0] for k in kinds for _ in range(len(k[2]))]
+        moves = [m for k in kinds for m in k[1].T]
+        deltas = np.concatenate([k[2] for k in kinds])
+        spreads = np.concatenate([k[3] for k in kinds])
         scale = max(1.0, self.p.batches * base)
         lower = deltas < -TOLERANCE * scale
-        level = ~lower & (deltas <= PLATEAU * scale) & (spreads < -TOLERANCE * max(1.0, self.spread))
-        order = np.concatenate(
-            [np.flatnonzero(lower)[np.argsort(deltas[lower], kind="stable")],
-             np.flatnonzero(level)[np.argsort(spreads[level], kind="stable")]]
-        )  # fmt: skip
+        order = np.flatnonzero(lower)[np.argsort(deltas[lower], kind="stable")]
+        if plateau:  # a max has plateaus (a peak other chiplets share): lower spread, same peak
+            level = ~lower & (deltas <= PLATEAU * scale) & (spreads < -TOLERANCE * max(1.0, self.spread))
+            order = np.concatenate([order, np.flatnonzero(level)[np.argsort(spreads[level], kind="stable")]])
         for i in order:
-            if i < first_replace:
-                done = self._swap(h, *swaps[:, i])
-            elif i < first_drop:
-                done = self._replace(*replaces[:, i - first_replace])
-            else:
-                done = self._drop(h, int(drops[i - first_drop]))
-            if done:
+            if apply[i](*(int(x) for x in np.atleast_1d(moves[i]))):
                 self.change += float(deltas[i])
                 return True
         return False
@@ -149,7 +198,7 @@ class _LayerDescent:
         return rest
 
     def _swaps(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """([3, K] (e, f, d) of every swap of a replica on h, [K] each one's objective change,
+        """([4, K] (h, e, f, d) of every swap of a replica on h, [K] each one's objective change,
         [K] each one's change of the scenarios' mean sum of squared loads)."""
         on_h = np.flatnonzero(self.held[:, h])
         fs, ds = np.nonzero(self.held)
@@ -169,19 +218,26 @@ class _LayerDescent:
         terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
         terms -= self._terms(f, self.r[f], self.nopsum[f], self.copies[f])
         spread = (new_h**2 - self.loads[:, h, None] ** 2 + new_d**2 - self.loads[:, d] ** 2).mean(axis=0)
-        return np.stack([e, f, d]), self.p.batches * (peak - base) + terms, spread
+        moves = np.stack([np.full(len(e), h), e, f, d])
+        return moves, self.p.batches * (peak - base) + terms, spread
 
     def _replaces(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """([3, K] (e, c, f) of every replace that unloads h: a replica on h becomes one of any
-        expert, or a replica elsewhere becomes one of an expert on h (whose share on h shrinks);
-        [K] each one's objective and squares' changes."""
+        """([3, K] (e, c, f) of replaces that unload h, [K] each one's objective and squares'
+        changes: a replica on h becomes one of the `SHORTLIST` experts off h that add least work
+        to h; for each expert f on h, the `SHORTLIST` replicas elsewhere (e on c) whose chiplet
+        would carry least after becoming one of f (f's share on h shrinks)."""
         held = self.held
         on_h, off_h = np.flatnonzero(held[:, h]), np.flatnonzero(~held[:, h])
+        gains_h = off_h[np.argsort(self.more[:, off_h, h].mean(axis=0), kind="stable")[:SHORTLIST]]
         away, where = np.nonzero(held)
         away, where = away[where != h], where[where != h]
-        e = np.concatenate([np.repeat(on_h, len(off_h)), np.repeat(away, len(on_h))])
-        c = np.concatenate([np.full(len(on_h) * len(off_h), h), np.repeat(where, len(on_h))])
-        f = np.concatenate([np.tile(off_h, len(on_h)), np.tile(on_h, len(away))])
+        after = (self.loads[:, where] - self.now[:, away, where]).mean(axis=0)  # [A]
+        after = after + self.more[:, on_h[:, None], where[None, :]].mean(axis=0)  # [F, A]
+        after[held[on_h[:, None], where[None, :]] | (on_h[:, None] == away[None, :])] = np.inf
+        picked = np.argsort(after, axis=1, kind="stable")[:, :SHORTLIST]  # [F, <= SHORTLIST]
+        e = np.concatenate([np.repeat(on_h, len(gains_h)), away[picked].ravel()])
+        c = np.concatenate([np.full(len(on_h) * len(gains_h), h), where[picked].ravel()])
+        f = np.concatenate([np.tile(gains_h, len(on_h)), np.repeat(on_h, picked.shape[1])])
         ok = (e != f) & ~held[f, c]
         e, c, f = e[ok], c[ok], f[ok]
         peaks, spread = np.empty(len(e)), np.empty(len(e))
@@ -190,11 +246,7 @@ class _LayerDescent:
             part = slice(k, k + cells)
             loads = self.loads[None] + self._losses(e[part], c[part]) + self._gains(f[part], c[part])
             peaks[part], spread[part] = loads.max(axis=2).mean(axis=1), (loads**2).sum(axis=2).mean(axis=1)
-        nop = self.nop[c]
-        terms = self._terms(e, self.r[e] - 1, self.nopsum[e] - nop, self.copies[e] - self.fresh[e, c])
-        terms += self._terms(f, self.r[f] + 1, self.nopsum[f] + nop, self.copies[f] + self.fresh[f, c])
-        terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
-        terms -= self._terms(f, self.r[f], self.nopsum[f], self.copies[f])
+        terms = self._lost(e, c) + self._gained(f, c)
         return np.stack([e, c, f]), self.p.batches * (peaks - base) + terms, spread - self.spread
 
     def _losses(self, e: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -217,13 +269,16 @@ class _LayerDescent:
         return gain
 
     def _drops(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """([K] e of every drop of a replica on h, [K] its objective and squares' changes)."""
+        """([2, K] (h, e) of every drop of a replica on h, [K] its objective and squares' changes)."""
         e = np.flatnonzero(self.held[:, h])
         loads = self.loads[None] + self._losses(e, np.full(len(e), h))  # [K, S, C]
         peaks, spread = loads.max(axis=2).mean(axis=1), (loads**2).sum(axis=2).mean(axis=1)
-        terms = self._terms(e, self.r[e] - 1, self.nopsum[e] - self.nop[h], self.copies[e] - self.fresh[e, h])
-        terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
-        return e, self.p.batches * (peaks - base) + terms, spread - self.spread
+        terms = self._lost(e, h)
+        return (
+            np.stack([np.full(len(e), h), e]),
+            self.p.batches * (peaks - base) + terms,
+            spread - self.spread,
+        )
 
     def _drop(self, h: int, e: int) -> bool:
         if not self.rules.drop_allowed(e, int_masks(self.held[[e]])[0], h):

@@ -51,6 +51,13 @@ class MoveRules:
             return False
         return not (self.all_resident and ma.bit_count() < 2)
 
+    def add_allowed(self, b: int, mb: int, c: int, room: np.ndarray) -> bool:
+        """Whether b (replica set `mb`) may gain a replica on c, the tenants having `room` pages
+        left (the chiplet's free page is the caller's to check)."""
+        if (mb >> c) & 1 or mb.bit_count() + 1 > self.max_replicas:
+            return False
+        return not (self.owner.shape[0] and np.any(self.owner[:, b] > room))
+
     def replace_allowed(self, a: int, ma: int, c: int, b: int, mb: int, room: np.ndarray) -> bool:
         """Whether a's replica on c may become one of b (replica sets `ma`, `mb`), the tenants
         having `room` pages left."""
