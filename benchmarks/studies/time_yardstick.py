@@ -54,7 +54,9 @@ def verdicts(result: dict[str, Any], dispatch: str) -> dict[str, Any]:
     ours = next(r for r in planners if r["peer"] == OURS)
     peers = [r for r in planners if r["peer"] != OURS and r["copies_per_replan"] >= ours["copies_per_replan"]]
     beaten = [r["peer"] for r in peers if r["layer_ms_p95"] < ours["layer_ms_p95"] * (1 - 1e-9)]
+    best = min(peers, key=lambda r: (r["p95"], r["peer"]), default=None)
     return {
+        "tokens_vs_best": None if best is None else (ours["p95"] / best["p95"] - 1, best),
         "by_time": by_time["peer"],
         "by_tokens": by_tokens["peer"],
         "pays_ms": by_time["net_ms_per_replan"] - static["net_ms_per_replan"],
@@ -74,9 +76,17 @@ def lines_of(key: str, result: dict[str, Any], every: int) -> list[str]:
             f"| {key} | {dispatch} | {v['by_time']} | {v['by_tokens']} | {v['pays_ms']:+,.1f}"
             f" | {ours['layer_ms_p95']:.4g} | {eplb['layer_ms_p95']:.4g} | {ours['net_ms_per_replan']:+,.1f}"
             f" | {ours['copies_per_replan']:,.0f} | {', '.join(v['peers_copying_more']) or '–'}"
-            f" | {', '.join(v['below_ours']) or 'none'} |"
+            f" | {', '.join(v['below_ours']) or 'none'} | {_tokens_cell(v['tokens_vs_best'], ours)} |"
         )
     return out
+
+
+def _tokens_cell(versus: tuple[float, dict[str, Any]] | None, ours: dict[str, Any]) -> str:
+    """CoMoE's token P95 against the lowest of the peers copying at least as much."""
+    if versus is None:
+        return "–"
+    change, peer = versus
+    return f"{ours['p95']:.4f} vs {peer['peer']} {peer['p95']:.4f} ({100 * change:+.2f}%)"
 
 
 def main() -> None:
@@ -104,11 +114,14 @@ def main() -> None:
         " its re-plan stall), the one token P95 names, how much re-balancing gains over EPLB's first"
         " plan kept (ms per interval; negative: it does not pay), CoMoE's and EPLB's layer P95 (ms),"
         " CoMoE's net time and copies per re-plan, the peers that copy at least as much as CoMoE, and"
-        " those of them whose layer P95 is below CoMoE's.",
+        " those of them whose layer P95 is below CoMoE's, and CoMoE's token P95 against the lowest of"
+        " theirs. CoMoE's even-split rows are its plan for the even split (policy.split = even), its lp"
+        " rows its plan for the best split.",
         "",
         "| regime | dispatch | least time | least token P95 | re-balancing pays (ms) | CoMoE layer P95"
-        " | EPLB layer P95 | CoMoE net (ms) | CoMoE copies | peers copying as much | below CoMoE |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---|---|",
+        " | EPLB layer P95 | CoMoE net (ms) | CoMoE copies | peers copying as much | below CoMoE"
+        " | token P95: CoMoE vs best of them |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|",
     ]
     chosen: dict[str, str] = {}  # CoMoE's policy.balance per window, per regime
     for regime in SUITES[args.suite]:

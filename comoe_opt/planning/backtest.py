@@ -10,7 +10,8 @@ already served. At window w (the first at `FIRST_WINDOW`, then every `EVERY` win
   is re-planned as it was (the history before it, the placement that served o − 1, the leases then),
   the plan actually made for o standing in for its own weight;
 * each candidate placement is scored on window o's own steps: per step, the sum over layers of the
-  step's makespan under the best routing (as the slow loop's balance scenarios score it), plus the
+  step's makespan under the split planned for (`policy.split`: the best routing, or the even
+  split; as the slow loop's balance scenarios score it), plus the
   window's miss and NoP terms per step and the copies' link time (`replan_copy_ms` per page, no
   weight, times `policy.backtest_copy_share`, 1 by default) spread over the window's steps — by
   default the planning objective at weight 1, on data the plan did not see;
@@ -36,9 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.instance import Instance
-from comoe_opt.residency.objective import score
+from comoe_opt.residency.objective import scenario_makespans, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, residency_problem
 from comoe_opt.stats.demand import demand_from_step_counts
@@ -166,12 +166,11 @@ def held_out_problem(
 
 
 def step_makespans(problem: ResidencyProblem, placement: Placement) -> np.ndarray:
-    """[n] each held-out step's makespan summed over layers, best routing (ms)."""
-    work = problem.scenario_work_ms
-    assert work is not None, "held_out_problem keeps every step as a scenario"
+    """[n] each held-out step's makespan summed over layers, under the split planned for (ms)."""
+    assert problem.scenario_work_ms is not None, "held_out_problem keeps every step as a scenario"
     return sum(
-        (layer_makespans(work[:, layer], placement.resident[layer]) for layer in range(problem.layers)),
-        np.zeros(work.shape[0]),
+        (scenario_makespans(problem, placement.resident[layer], layer) for layer in range(problem.layers)),
+        np.zeros(problem.scenarios),
     )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from comoe_opt.best_split.cut_condition import layer_makespans
 from comoe_opt.best_split.shares import share_lp
 from comoe_opt.errors import ComoeError
-from comoe_opt.residency.even_split import even_layer
+from comoe_opt.residency.even_split import chiplet_work, even_layer
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 
@@ -132,6 +132,13 @@ def layer_terms(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> 
     if problem.split == "even":
         return even_layer(problem, resident, layer)
     return scenario_layer(problem, resident, layer)
+
+
+def scenario_makespans(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> np.ndarray:
+    """[S] each balance scenario's makespan of one layer under the split planned for."""
+    if problem.split == "even":
+        return chiplet_work(problem, resident, layer).max(axis=1)
+    return layer_makespans(problem.scenario_work[:, layer], resident)
 
 
 def layer_makespan(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> float:
