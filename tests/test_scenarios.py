@@ -22,7 +22,7 @@ from comoe_opt.instance import load_instance, with_overrides
 from comoe_opt.residency.heuristics import warm_starts
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, Tenant, residency_problem
+from comoe_opt.residency.problem import ResidencyProblem, Tenant, reduced_problem, residency_problem
 from comoe_opt.residency.search.refine import refine
 from comoe_opt.residency.solve import solve
 from comoe_opt.stats.demand import sample_scenarios, window_demand
@@ -302,3 +302,19 @@ def test_scenarios_lower_the_real_trace_imbalance(traces_dir):
         p95[scenarios] = summarize(simulate(swapped, batches, COMOE))["token_imbalance_p95"]
     assert p95[32] < p95[0] - 0.1
     assert p95[32] == summarize(simulate(instance, batches, COMOE))["token_imbalance_p95"]  # deterministic
+
+
+def test_a_reduced_problem_keeps_its_kind_and_its_share_of_the_limits():
+    instance = with_overrides(load_instance("instances/paper-baseline.toml"), {"policy.balance_scenarios": 6})
+    demand = window_demand(instance_batches(instance).window(0, 8), instance.policy)
+    p = residency_problem(instance, demand)
+    same = reduced_problem(p, np.arange(p.layers), np.arange(p.scenarios))
+    placement = solve(p, "greedy").solution
+    assert score(same, placement).total == pytest.approx(score(p, placement).total)
+    sub = reduced_problem(p, np.array([1]), np.array([0, 2]))
+    assert (sub.layers, sub.scenarios) == (1, 2)
+    assert (sub.capacity_pages == p.capacity_pages // p.layers).all()  # one layer's share, rounded down
+    assert sub.budget_pages == p.budget_pages // p.layers
+    assert np.allclose(sub.work_ms, p.scenario_work[[0, 2]][:, [1]].mean(axis=0))  # Jensen: the subset's mean
+    result = solve(sub, "milp", time_limit_s=math.inf)
+    assert result.bound <= result.objective + 1e-9 * max(1.0, result.objective)

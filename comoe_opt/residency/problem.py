@@ -8,6 +8,7 @@ objective (`comoe_opt.residency.objective`). See `formulations/residency.md`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -113,6 +114,38 @@ class ResidencyProblem:
         if self.leased is None:
             return np.zeros((self.layers, self.experts), dtype=np.int64)
         return self.leased.sum(axis=2)
+
+
+def reduced_problem(problem: ResidencyProblem, layers: np.ndarray, scenarios: np.ndarray) -> ResidencyProblem:
+    """A smaller problem of the same kind: the given layers on the given balance scenarios, each
+    chiplet's capacity, the budget and each tenant's quota cut to the layers' share (rounded
+    down), the mean load the scenarios' mean (so that its bound holds for them). For evidence on
+    where a gap lies: instances a complete method can close (formulations/residency.md, "Known
+    limits")."""
+    layers, scenarios = np.asarray(layers), np.asarray(scenarios)
+    share = len(layers) / problem.layers
+
+    def cut(limit: float) -> int:
+        return int(np.floor(limit * share + 1e-9))
+
+    work = problem.scenario_work[scenarios][:, layers]
+    tokens = problem.scenario_tokens
+    return dataclasses.replace(
+        problem,
+        miss_ms=problem.miss_ms[layers],
+        work_ms=work.mean(axis=0),
+        tokens=problem.tokens[layers],
+        peak_tokens=problem.peak_tokens[layers],
+        capacity_pages=np.array([cut(c) for c in problem.capacity_pages], dtype=np.int64),
+        budget_pages=cut(problem.budget_pages),
+        previous=None if problem.previous is None else Placement(problem.previous.resident[layers]),
+        leased=None if problem.leased is None else problem.leased[layers],
+        tenants=tuple(Tenant(t.name, t.owns[layers], cut(t.max_pages)) for t in problem.tenants),
+        scenario_work_ms=work,
+        scenario_tokens=None if tokens is None else tokens[scenarios][:, layers],
+        load_counts=None,
+        step_counts=None,
+    )
 
 
 def check_feasibility(problem: ResidencyProblem) -> None:
