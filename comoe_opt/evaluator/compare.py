@@ -393,6 +393,12 @@ def markdown(result: dict[str, Any]) -> str:
         f" against EPLB's row of the same routing over {r.get('replan_every', REPLAN_EVERY):,} steps"
         " (higher is better). Static: EPLB's first plan kept, never re-planned."
     )
+    planned = r.get("comoe_planned_for")
+    if planned:
+        head += " CoMoE's rows: " + ", ".join(
+            f"{routing} planned for the {split} split" for routing, split in planned.items()
+        )
+        head += " (policy.split)."
     lines = [
         head,
         "",
