@@ -170,8 +170,7 @@ class _LayerDescent:
         """Apply the best allowed move of `kinds` (each: how to apply one, [*, K] the moves, [K]
         objective changes, [K] squares' changes) that lowers the objective or, with `plateau`,
         keeps it within PLATEAU and lowers the squares; whether one was applied."""
-        apply = [k[0] for k in kinds for _ in range(len(k[2]))]
-        moves = [m for k in kinds for m in k[1].T]
+        ends = np.cumsum([len(k[2]) for k in kinds])  # candidate i is of kind searchsorted(ends, i, "right")
         deltas = np.concatenate([k[2] for k in kinds])
         spreads = np.concatenate([k[3] for k in kinds])
         scale = max(1.0, self.p.batches * base)
@@ -181,7 +180,9 @@ class _LayerDescent:
             level = ~lower & (deltas <= PLATEAU * scale) & (spreads < -TOLERANCE * max(1.0, self.spread))
             order = np.concatenate([order, np.flatnonzero(level)[np.argsort(spreads[level], kind="stable")]])
         for i in order:
-            if apply[i](*(int(x) for x in np.atleast_1d(moves[i]))):
+            kind = int(np.searchsorted(ends, i, side="right"))
+            apply, moves = kinds[kind][0], kinds[kind][1]
+            if apply(*(int(x) for x in moves[:, i - (ends[kind - 1] if kind else 0)])):
                 self.change += float(deltas[i])
                 return True
         return False
