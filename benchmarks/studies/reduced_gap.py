@@ -85,11 +85,10 @@ def main() -> None:
     parser.add_argument("--short", type=float, default=60.0)
     parser.add_argument("--long", type=float, default=600.0)
     args = parser.parse_args()
-    command = " ".join(["benchmarks/studies/reduced_gap.py", *sys.argv[1:]])
     lines = [
         "# The hard windows' gap on reduced instances",
         "",
-        f"`.venv/bin/python {command}` ({describe()}). The first K layers on the first S scenarios,"
+        f"{describe()} The first K layers on the first S scenarios,"
         f" `exact` in {args.short:g} s (short) and {args.long:g} s (long); where the long run proves its"
         " optimum, the short run's gap splits into the incumbent's excess over it and the optimum's excess"
         " over the short bound (both as shares of the short incumbent, without the constant).",
