@@ -107,6 +107,7 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
     for row in rows:
         row["gap_to_bound"] = gaps["gaps"].get(row["peer"])
     comoe = done.get(("peer", planned_for("lp", settings))) if OURS in settings.peers else None
+    even = done.get(("peer", planned_for("even", settings))) if OURS in settings.peers else None
     return {
         "instance": instance.name,
         "steps": int(steps.shape[0]),
@@ -124,6 +125,8 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
         "rows": rows,
         # CoMoE's migration weight per window and, with policy.migration_weight = -1, the backtests
         "migration_weight": comoe[1] if comoe is not None else None,
+        # ... and its plan for the even split's, where it planned for both
+        "migration_weight_even": even[1] if even is not None and even is not comoe else None,
         # the plan CoMoE's rows of each dispatch come from (policy.split)
         "comoe_planned_for": {r: split_of(planned_for(r, settings)) for r in ROUTINGS} if comoe else None,
         "imbalance": imbalance,
@@ -418,8 +421,12 @@ def markdown(result: dict[str, Any]) -> str:
             f" | {row['balancedness_sglang']:.3f} | {row['balancedness_vllm']:.3f}"
             f" | {copies} | {plan} | {gap} |"
         )
+    both = bool(result.get("migration_weight_even"))
     if result.get("migration_weight"):
-        lines += ["", weight_line(result["migration_weight"])]
+        which = "For the best split (lp, flow rows): " if both else ""
+        lines += ["", which + weight_line(result["migration_weight"])]
+    if both:
+        lines += ["", "For the even split (even rows): " + weight_line(result["migration_weight_even"])]
     return "\n".join(lines)
 
 
