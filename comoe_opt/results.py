@@ -62,6 +62,18 @@ def relative_gap(objective: float, bound: float, constant: float = 0.0) -> float
     return (objective - bound) / max(abs(objective - constant), 1e-9)
 
 
+def status_from_gap(
+    solver: Status, objective: float, bound: float, mip_gap: float, constant: float
+) -> Status:
+    """A solve's status from its objective and bound: `optimal` within `mip_gap` (solver round-off
+    allowed), else the solver's time limit or `feasible`; a solver's failure as it is."""
+    if solver in (Status.INFEASIBLE, Status.UNBOUNDED, Status.ERROR):
+        return solver
+    if relative_gap(objective, bound, constant) <= mip_gap + BOUND_TOLERANCE:
+        return Status.OPTIMAL
+    return Status.TIME_LIMIT if solver == Status.TIME_LIMIT else Status.FEASIBLE
+
+
 @dataclass(frozen=True)
 class Timing:
     """What a solve's deadline measured (deadline.py): the limit (None: none), the whole solve's

@@ -90,7 +90,7 @@ def compare(instance: Instance, steps: np.ndarray, settings: CompareSettings) ->
     rows, imbalance = [], {}
     for peer in [*settings.peers, STATIC]:
         for routing in ROUTINGS:
-            run = done[(STATIC, "")] if peer == STATIC else peer_run(done, peer, routing, settings)
+            run = peer_run(done, peer, routing, settings)
             served = run.served(steps, routing, timing)
             rows.append(row_of(peer, routing, served, run, timing))
             imbalance[f"{peer}/{routing}"] = served.imbalance
@@ -212,7 +212,10 @@ def _run_task(item: tuple[Instance, np.ndarray, list[tuple[int, int]], CompareSe
 
 
 def peer_run(done: dict[Task, Any], peer: str, routing: str, settings: CompareSettings) -> Run:
-    """`peer`'s replay scored under `routing` (CoMoE's: its plan for that dispatch)."""
+    """`peer`'s replay scored under `routing` (CoMoE's: its plan for that dispatch; `STATIC`: EPLB's
+    first plan kept)."""
+    if peer == STATIC:
+        return done[(STATIC, "")]
     return done[("peer", planned_for(routing, settings) if peer == OURS else peer)][0]
 
 

@@ -84,7 +84,7 @@ def _timed_rows(
     timing, rows = instance.layer_time, []
     for peer in [*settings.peers, STATIC]:
         for routing in TIMED:
-            run = done[(STATIC, "")] if peer == STATIC else peer_run(done, peer, routing, settings)
+            run = peer_run(done, peer, routing, settings)
             rows.append(row_of(peer, routing, run.served(steps, routing, timing), run, timing))
     add_net_time(rows, settings.replan_every)
     keys = ("step_ms_mean", "layer_ms_p95", "migration_ms", "net_ms_per_replan")

@@ -25,7 +25,7 @@ from comoe_opt.residency.objective import score
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ModelReport, ResidencyResult
 from comoe_opt.residency.search.even_descent import even_descent
-from comoe_opt.results import BOUND_TOLERANCE, Status, relative_gap
+from comoe_opt.results import status_from_gap
 
 __all__ = ["MODEL_METHODS", "RESIDENCY_METHODS", "solve", "solve_heuristic"]
 
@@ -63,14 +63,7 @@ def _even_refined(
     # slot takes its share), so its plan is kept even where the plan with holes scored lower
     if terms.total >= result.objective and not problem.layer_slots:
         return result
-    proven = relative_gap(terms.total, result.bound, result.constant) <= mip_gap + BOUND_TOLERANCE
-    status = (
-        Status.OPTIMAL
-        if proven
-        else Status.TIME_LIMIT
-        if result.status == Status.TIME_LIMIT
-        else Status.FEASIBLE
-    )
+    status = status_from_gap(result.status, terms.total, result.bound, mip_gap, result.constant)
     report = dataclasses.replace(result.report, terms=terms)
     if isinstance(report, ModelReport):
         report = dataclasses.replace(report, placement_from=f"{report.placement_from} + even-split descent")

@@ -63,7 +63,7 @@ from comoe_opt.residency.schedule import (
 )
 from comoe_opt.residency.search.anneal import anneal
 from comoe_opt.residency.search.refine import refine
-from comoe_opt.results import BOUND_TOLERANCE, SolveResult, Status, relative_gap
+from comoe_opt.results import SolveResult, Status, relative_gap, status_from_gap
 
 if TYPE_CHECKING:  # imported where used: only with balance scenarios
     from comoe_opt.residency.bounds.decompose import LagrangianValue
@@ -100,7 +100,7 @@ def solve_milp(
         run.step(name, step)
     best = run.best
     bound = _tidy_bound(run.bound, best.objective)
-    status = _status(run.status, best.objective, bound, mip_gap, problem.constant_ms)
+    status = status_from_gap(run.status, best.objective, bound, mip_gap, problem.constant_ms)
     if status is Status.FEASIBLE and deadline.touched:
         status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
     if best.placement is None:
@@ -653,7 +653,7 @@ def _solve_full_model(
         )
     terms = score(problem, placement)
     bound = _tidy_bound(bound, terms.total)
-    status = _status(outcome.status, terms.total, bound, mip_gap, constant)
+    status = status_from_gap(outcome.status, terms.total, bound, mip_gap, constant)
     return SolveResult(
         "full",
         status,
@@ -698,14 +698,6 @@ def _tidy_bound(bound: float, objective: float) -> float:
     if objective < bound <= objective + 1e-7 * max(1.0, abs(objective)):
         return objective
     return bound
-
-
-def _status(solver: Status, objective: float, bound: float, mip_gap: float, constant: float) -> Status:
-    if solver in (Status.INFEASIBLE, Status.UNBOUNDED, Status.ERROR):
-        return solver
-    if relative_gap(objective, bound, constant) <= mip_gap + BOUND_TOLERANCE:  # solver round-off
-        return Status.OPTIMAL
-    return Status.TIME_LIMIT if solver == Status.TIME_LIMIT else Status.FEASIBLE
 
 
 def solve_full(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> ResidencyResult:

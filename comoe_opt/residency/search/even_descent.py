@@ -121,13 +121,13 @@ class _LayerDescent:
 
     def run(self) -> None:
         """At most `search_moves` moves; `held` left at the best plan seen."""
-        best, best_held = 0.0, self.held.copy()
+        best, best_held, best_room = 0.0, self.held.copy(), self.room.copy()
         for _ in range(self.p.search_moves):
             if not self._step():
                 break
             if self.change < best - TOLERANCE * max(1.0, abs(best)):
-                best, best_held = self.change, self.held.copy()
-        self.held[:] = best_held
+                best, best_held, best_room = self.change, self.held.copy(), self.room.copy()
+        self.held[:], self.room[:] = best_held, best_room  # the tenants' room goes back with the plan
 
     def _step(self) -> bool:
         peaks = self.loads.max(axis=1)
