@@ -151,3 +151,36 @@ def test_solve_plans_a_dump_for_the_dispatch_asked(tmp_path, cli) -> None:
     assert runs["even"]["bound"] == pytest.approx(runs["best"]["bound"])
     if runs["best"]["status"] == "optimal":
         assert runs["even"]["objective"] >= runs["best"]["objective"] * (1 - 1e-3)
+
+
+@given(st.integers(0, 2**16), st.sampled_from([0.0, 2.0]))
+def test_the_descents_kept_state_and_local_scores_are_its_full_ones(seed, read) -> None:
+    # The descent keeps each scenario's loads and every expert's replica work up to date move by
+    # move, and scores a replace on the chiplets it touches: both must equal the full computation.
+    from comoe_opt.residency.search.even_descent import _LayerDescent
+
+    rng = np.random.default_rng(seed)
+    experts, chiplets = 6, 5
+    p = even(scenario_problem(rng.integers(0, 6, (3, 1, experts)), [4] * chiplets, moves=0), read)
+    held = rng.random((experts, chiplets)) < 0.5
+    held[np.arange(experts), rng.integers(0, chiplets, experts)] = True
+    descent = _LayerDescent(p, held, 0, np.zeros(0, dtype=np.int64))
+    for _ in range(6):  # random swaps and replaces, as the descent applies them
+        e, f = rng.choice(experts, 2, replace=False)
+        c, d = rng.integers(0, chiplets, 2)
+        if held[e, c] and not held[f, c] and held[e].sum() > 1:
+            descent._replace(int(e), int(c), int(f))
+        elif held[e, c] and held[f, d] and not held[e, d] and not held[f, c] and c != d:
+            descent._swap(int(c), int(e), int(f), int(d))
+        fresh = _LayerDescent(p, held.copy(), 0, np.zeros(0, dtype=np.int64))
+        for name in ("r", "now", "fewer", "more", "nopsum", "copies"):
+            assert np.array_equal(getattr(descent, name), getattr(fresh, name)), name
+        assert np.array_equal(descent.loads, fresh.loads)
+        ee, cc = np.nonzero(held)
+        ff = rng.integers(0, experts, len(ee))
+        ok = (ee != ff) & ~held[ff, cc]
+        ee, cc, ff = ee[ok], cc[ok], ff[ok]
+        loads = descent.loads[None] + descent._losses(ee, cc) + descent._gains(ff, cc)
+        peaks, spread = descent._replace_scores(ee, cc, ff)
+        assert np.allclose(peaks, loads.max(axis=2).mean(axis=1), rtol=1e-12, atol=1e-12)
+        assert np.allclose(spread, (loads**2).sum(axis=2).mean(axis=1) - descent.spread, rtol=1e-9, atol=1e-9)

@@ -95,3 +95,59 @@ def test_a_dump_planned_for_gpus_exports_the_slots_asked_for(tmp_path: Path, cli
     assert run.code == 0, run.err
     rows = json.loads(out.read_text())["physical_to_logical_map"]
     assert {len(row) for row in rows} == {144}  # 18 per GPU in every layer, as asked
+
+
+def _wide_problem(seed: int):
+    """16 devices (past the cut condition's enumeration: min cuts), 2 slots per layer each."""
+    table = small_table()
+    table["model"].update(layers=2, experts_per_layer=24)
+    table["hardware"].update(chiplets=16, capacity_gb=8, nop_hops=1)
+    table["trace"].update(seed=seed, tokens_per_batch=64)
+    table["policy"].update(all_resident=True, layer_slots=2, balance_scenarios=4)
+    instance = instance_from_table(table, "wide.toml")
+    demand = window_demand(instance_batches(instance).window(0, 4), instance.policy)
+    return residency_problem(instance, demand)
+
+
+def _crowded(problem, seed: int) -> Placement:
+    """Every expert on a random device, a third with a second replica: some devices over 2."""
+    rng = np.random.default_rng(seed)
+    resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
+    for layer in range(problem.layers):
+        resident[layer, np.arange(problem.experts), rng.integers(0, 8, problem.experts)] = True
+        extra = rng.permutation(problem.experts)[: problem.experts // 3]
+        resident[layer, extra, rng.integers(0, problem.chiplets, extra.size)] = True
+    return Placement(resident)
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 50))
+def test_the_layouts_bounds_skip_only_moves_that_cannot_win(seed: int) -> None:
+    # Past 12 devices a move's makespans are min cuts; the layout bounds each from the bottleneck
+    # sets and solves only the moves whose bound can beat the best so far: the same plan as
+    # solving every move, and every bound at or below the makespan it bounds.
+    from comoe_opt.residency import layer_slots
+    from comoe_opt.residency.objective import layer_makespan
+
+    problem = _wide_problem(seed % 5)
+    placement = _crowded(problem, seed)
+    assert over_layer_slots(problem, placement)
+    result = SolveResult("by hand", Status.FEASIBLE, np.inf, -np.inf, 0.0, placement, report=_report(problem))
+    pruned = laid_out(problem, result)
+    floor_of = layer_slots._Floor.of
+    try:
+        layer_slots._Floor.of = classmethod(lambda cls, *args: None)  # type: ignore[method-assign]
+        solved = laid_out(problem, result)
+    finally:
+        layer_slots._Floor.of = floor_of  # type: ignore[method-assign]
+    assert np.array_equal(pruned.solution.resident, solved.solution.resident)
+    layer = placement.resident[0]
+    floor = layer_slots._Floor.of(problem, layer, 0)
+    assert floor is not None
+    for e, g in zip(*np.nonzero(layer), strict=True):
+        for h in range(problem.chiplets):
+            if not layer[e, h]:
+                trial = layer.copy()
+                trial[e, g], trial[e, h] = False, True
+                bound = floor.makespan(int(e), int(g), int(h))
+                assert bound <= layer_makespan(problem, trial, 0) * (1 + 1e-12)

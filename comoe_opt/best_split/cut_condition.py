@@ -117,7 +117,12 @@ def layer_makespans(work: np.ndarray, resident: np.ndarray) -> np.ndarray:
     `work` [S, E, C] ms per scenario if all of (e)'s work ran on c;
     `resident` [E, C] the layer's replica map.
     """
-    speeds = related_speeds(work)
+    return makespans_at(work, resident, related_speeds(work))
+
+
+def makespans_at(work: np.ndarray, resident: np.ndarray, speeds: np.ndarray | None) -> np.ndarray:
+    """`layer_makespans` with the chiplets' `related_speeds(work)` known (None: not related), for
+    a search that scores many replica maps of one layer."""
     if speeds is None:
         return np.array([makespan_lp(w, resident) for w in work])
     if work.shape[-1] > MAX_ENUMERATED_CHIPLETS:

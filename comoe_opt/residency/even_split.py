@@ -28,14 +28,18 @@ from comoe_opt.residency.problem import ResidencyProblem
 SPLITS = ("best", "even")  # policy.split: the dispatch the slow loop plans for
 
 
-def replica_work(problem: ResidencyProblem, layer: int, replicas: np.ndarray) -> np.ndarray:
+def replica_work(
+    problem: ResidencyProblem, layer: int, replicas: np.ndarray, experts: np.ndarray | None = None
+) -> np.ndarray:
     """[S, E, C] one replica's work in each scenario when expert e has `replicas[e]` replicas
-    (the mean load as one scenario when the problem has none)."""
+    (the mean load as one scenario when the problem has none); with `experts` [K], [S, K, C] of
+    those experts alone, `replicas` [K] theirs."""
     r = np.maximum(np.asarray(replicas, dtype=np.float64), 1.0)[None, :, None]
+    rows = slice(None) if experts is None else experts
     if problem.scenario_tokens is None:  # the mean load: work is linear in the tokens
-        return problem.work_ms[layer][None] / r
+        return problem.work_ms[layer][rows][None] / r
     read, flop = problem.work_rates
-    tokens = problem.scenario_tokens[:, layer, :, None]  # [S, E, 1]
+    tokens = problem.scenario_tokens[:, layer, rows, None]  # [S, E, 1]
     return np.maximum((tokens > 0) * read, tokens / r * flop)
 
 

@@ -14,16 +14,23 @@ added to the primal only raises its optimum); a plan the layout made worse is no
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from comoe_opt.residency.objective import layer_makespan, score
+from comoe_opt.best_split import sets as device_sets
+from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS
+from comoe_opt.best_split.min_cut import bottlenecks
+from comoe_opt.residency.objective import layer_makespan, layer_speeds, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem
 from comoe_opt.residency.report import ResidencyResult
 from comoe_opt.results import Status
 
 MAX_TARGETS = 4  # devices under the limit each replica is tried on: the least loaded ones
+# relative: a move is skipped only when its lower bound exceeds the best cost by more than
+# round-off (the bound and the solved makespan are summed in different orders)
+SURE = 1e-9
 
 
 def over_layer_slots(problem: ResidencyProblem, placement: Placement) -> list[tuple[int, int]]:
@@ -94,8 +101,25 @@ def _best_move(
             candidates.append((int(e), -1))  # already on every device with room: dropped instead
     if not candidates:
         return None
-    costs = [_cost(problem, layer, before, li, g, e, h) for e, h in candidates]
-    return candidates[int(np.argmin(costs))]  # first of the least: deterministic
+    # the least cost, the first of the least (deterministic); with bounds, the candidates are
+    # solved from the least bound up and one whose bound exceeds the best cost so far is not
+    floor = _Floor.of(problem, layer, li)
+    bounds = np.zeros(len(candidates))
+    if floor is not None:
+        bounds = np.array(
+            [
+                problem.batches * floor.makespan(e, g, h) + _copy_ms(problem, before, g, e, h)
+                for e, h in candidates
+            ]
+        )
+    best, best_cost = len(candidates), math.inf
+    for i in np.argsort(bounds, kind="stable"):
+        if floor is not None and bounds[i] > best_cost * (1 + SURE):
+            break  # neither it nor any after it can beat the best
+        cost = _cost(problem, layer, before, li, g, *candidates[i])
+        if cost < best_cost or (cost == best_cost and i < best):
+            best, best_cost = int(i), cost
+    return candidates[best]
 
 
 def _cost(
@@ -106,12 +130,70 @@ def _cost(
     trial[e, g] = False
     if h >= 0:
         trial[e, h] = True
-    z = layer_makespan(problem, trial, li)
+    return problem.batches * layer_makespan(problem, trial, li) + _copy_ms(problem, before, g, e, h)
+
+
+def _copy_ms(problem: ResidencyProblem, before: np.ndarray | None, g: int, e: int, h: int) -> float:
+    """The copies' price of moving e's replica from g to h: onto h where the previous plan had
+    none, less the copy onto g it undoes (none without a previous plan)."""
     if before is None:
-        return problem.batches * z
-    # copies added: onto h where the previous plan had none, less the copy onto g it undoes
-    copies = int(h >= 0 and not before[e, h]) - int(not before[e, g])
-    return problem.batches * z + problem.copy_ms * copies
+        return 0.0
+    return problem.copy_ms * (int(h >= 0 and not before[e, h]) - int(not before[e, g]))
+
+
+class _Floor:
+    """Lower bounds of a moved replica's best-split makespans, from the layer's bottleneck sets
+    before the move: by the cut condition a scenario's makespan is the largest ratio
+    Σ_{e : R_e ⊆ D} w_e / Σ_{c ∈ D} v_c over chiplet sets D, so the ratio of any set, with e's
+    new replica set, bounds it from below: the set that was the bottleneck, that set with the
+    move's target added (the replica moves into it), and the set of all chiplets. A move whose
+    bound cannot beat the best move so far is not solved: the layout chooses the same moves at a
+    fraction of the min cuts. Only where the makespans are min cuts (more chiplets than
+    `MAX_ENUMERATED_CHIPLETS`, related speeds); elsewhere they are cheap."""
+
+    def __init__(self, layer: np.ndarray, w: np.ndarray, speeds: np.ndarray):
+        self.layer, self.w, self.speeds = layer, w, speeds  # [E, C] replicas, [S, E] unit-speed work
+        _, masks = bottlenecks(w, layer, speeds)
+        self.sets = device_sets.unpack(masks, layer.shape[1])  # [S, C] each scenario's bottleneck
+        # an expert with no replica counts only for the set of all
+        self.placed = np.asarray(layer.any(axis=1))
+        self.outside = (layer[None] & ~self.sets[:, None, :]).sum(axis=2)  # [S, E] hosts off the set
+        self.mean = w.sum(axis=1) / speeds.sum()  # [S] the set of all chiplets
+        self.with_target: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    @classmethod
+    def of(cls, problem: ResidencyProblem, layer: np.ndarray, li: int) -> _Floor | None:
+        if not problem.scenarios or problem.split != "best" or problem.chiplets <= MAX_ENUMERATED_CHIPLETS:
+            return None
+        speeds = layer_speeds(problem, li)
+        return None if speeds is None else cls(layer, problem.scenario_work[:, li, :, 0], speeds)
+
+    def _sets(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """([S, C] the bottleneck sets with h added (h = -1: as they are), [S, E] experts confined
+        to them, [S] their work), before the move."""
+        if h not in self.with_target:
+            sets = self.sets.copy()
+            off_h: np.ndarray = self.outside
+            if h >= 0:
+                sets[:, h] = True
+                off_h = self.outside - (self.layer[None, :, h] & ~self.sets[:, h, None])
+            confined = self.placed[None] & (off_h == 0)
+            self.with_target[h] = (sets, confined, (self.w * confined).sum(axis=1))
+        return self.with_target[h]
+
+    def makespan(self, e: int, g: int, h: int) -> float:
+        """A lower bound of the mean scenario makespan after e's replica moves from g to h (h = -1:
+        dropped)."""
+        hosts = self.layer[e].copy()
+        hosts[g] = False
+        if h >= 0:
+            hosts[h] = True
+        ratios = [self.mean]
+        for sets, confined, load in [self._sets(-1), *([self._sets(h)] if h >= 0 else [])]:
+            inside = bool(hosts.any()) & ~(hosts[None] & ~sets).any(axis=1)  # [S]
+            moved = load + self.w[:, e] * (inside.astype(np.float64) - confined[:, e])
+            ratios.append(moved / (sets * self.speeds).sum(axis=1))
+        return float(np.max(ratios, axis=0).mean())
 
 
 def _load(problem: ResidencyProblem, layer: np.ndarray, li: int) -> np.ndarray:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from comoe_opt.best_split.cut_condition import layer_makespans
+from comoe_opt.best_split.cut_condition import makespans_at, related_speeds
 from comoe_opt.best_split.shares import share_lp
 from comoe_opt.errors import ComoeError
 from comoe_opt.residency.even_split import chiplet_work, even_layer
@@ -138,7 +138,7 @@ def scenario_makespans(problem: ResidencyProblem, resident: np.ndarray, layer: i
     """[S] each balance scenario's makespan of one layer under the split planned for."""
     if problem.split == "even":
         return chiplet_work(problem, resident, layer).max(axis=1)
-    return layer_makespans(problem.scenario_work[:, layer], resident)
+    return makespans_at(problem.scenario_work[:, layer], resident, layer_speeds(problem, layer))
 
 
 def layer_makespan(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> float:
@@ -151,7 +151,7 @@ def layer_makespan(problem: ResidencyProblem, resident: np.ndarray, layer: int) 
 def scenario_layer(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> tuple[float, float, float]:
     """(mean scenario makespan, nearest-replica NoP, mean scenario balance) of one layer."""
     work = problem.scenario_work[:, layer]  # [S, E, C]
-    z = layer_makespans(work, resident)
+    z = makespans_at(work, resident, layer_speeds(problem, layer))
     floor = work.min(axis=2).sum(axis=1) / problem.chiplets
     even = np.where(z > 0, floor / np.where(z > 0, z, 1.0), 1.0)
     return float(z.mean()), nearest_nop(problem, resident, layer), float(even.mean())
@@ -165,6 +165,16 @@ def nearest_nop(problem: ResidencyProblem, resident: np.ndarray, layer: int) -> 
 
 
 _SHARES: weakref.WeakKeyDictionary[ResidencyProblem, dict] = weakref.WeakKeyDictionary()
+_SPEEDS: weakref.WeakKeyDictionary[ResidencyProblem, dict] = weakref.WeakKeyDictionary()
+
+
+def layer_speeds(problem: ResidencyProblem, layer: int) -> np.ndarray | None:
+    """The chiplets' related speeds in one layer's scenarios (cut_condition.related_speeds), found
+    once per problem and layer: a search scores thousands of replica maps of one layer."""
+    seen = _SPEEDS.setdefault(problem, {})
+    if layer not in seen:
+        seen[layer] = related_speeds(problem.scenario_work[:, layer])
+    return seen[layer]
 
 
 def layer_shares(

@@ -90,6 +90,20 @@ class _LayerDescent:
         self.copies = (held & self.fresh).sum(axis=1)
         self.spread = float((self.loads**2).sum(axis=1).mean())  # the tie-break: loads' squares
 
+    def _moved(self, x: np.ndarray) -> None:
+        """Bring the state up to date after a move changed experts x's replicas: their work rows
+        recomputed, the loads summed afresh (summed in the same order as `_refresh`, so that the
+        plan does not hang on round-off the moves would accumulate)."""
+        held = self.held[x]
+        self.r[x] = held.sum(axis=1)
+        self.now[:, x] = replica_work(self.p, self.layer, self.r[x], x)
+        self.fewer[:, x] = replica_work(self.p, self.layer, self.r[x] - 1, x)
+        self.more[:, x] = replica_work(self.p, self.layer, self.r[x] + 1, x)
+        self.loads = np.einsum("sec,ec->sc", self.now, shares(self.held))  # in full: no drift
+        self.nopsum[x] = (held * self.nop).sum(axis=1)
+        self.copies[x] = (held & self.fresh[x]).sum(axis=1)
+        self.spread = float((self.loads**2).sum(axis=1).mean())
+
     def fill(self, pages: np.ndarray) -> None:
         """Give each free slot of the layer (`layer_slots` less the replicas a chiplet holds, while
         its capacity and the budget allow; `pages` [C] updated) a replica, the add of least
@@ -113,11 +127,12 @@ class _LayerDescent:
             if best is None:
                 return
             _, f_best, c_best = best
+            x = np.array([f_best])
             held[f_best, c_best] = True
             pages[c_best] += 1
             if self.rules.owner.shape[0]:
                 self.room -= self.rules.owner[:, f_best]
-            self._refresh()
+            self._moved(x)
 
     def run(self) -> None:
         """At most `search_moves` moves; `held` left at the best plan seen."""
@@ -201,16 +216,20 @@ class _LayerDescent:
     def _swaps(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([4, K] (h, e, f, d) of every swap of a replica on h, [K] each one's objective change,
         [K] each one's change of the scenarios' mean sum of squared loads)."""
-        on_h = np.flatnonzero(self.held[:, h])
-        fs, ds = np.nonzero(self.held)
-        fs, ds = fs[ds != h], ds[ds != h]
-        e, f, d = np.repeat(on_h, len(fs)), np.tile(fs, len(on_h)), np.tile(ds, len(on_h))
-        ok = (e != f) & ~self.held[e, d] & ~self.held[f, h]
-        e, f, d = e[ok], f[ok], d[ok]
-        now = self.now
-        new_h = self.loads[:, h, None] - now[:, e, h] + now[:, f, h]
-        new_d = self.loads[:, d] - now[:, f, d] + now[:, e, d]
-        peak = np.maximum(np.maximum(new_h, new_d), self._rest(h, d)).mean(axis=0)
+        held, now, loads = self.held, self.now, self.loads
+        on_h = np.flatnonzero(held[:, h])  # [A] the replicas on h
+        fs, ds = np.nonzero(held)
+        fs, ds = fs[ds != h], ds[ds != h]  # [B] the replicas elsewhere
+        ok = (on_h[:, None] != fs) & ~held[on_h[:, None], ds] & ~held[fs, h]  # [A, B]
+        # [S, A, B] the two chiplets' new loads: h's terms by replica on h, d's by replica elsewhere
+        new_h = (loads[:, h, None] - now[:, on_h, h])[:, :, None] + now[:, fs, h][:, None, :]
+        new_d = (loads[:, ds] - now[:, fs, ds])[:, None, :] + now[:, on_h[:, None], ds]
+        rest = self._rest(h, ds)[:, None, :]
+        a, b = np.nonzero(ok)  # e-major, as the moves are listed
+        e, f, d = on_h[a], fs[b], ds[b]
+        peak = np.maximum(np.maximum(new_h, new_d), rest).mean(axis=0)[a, b]
+        square = new_h**2 - loads[:, h, None, None] ** 2 + new_d**2 - loads[:, None, ds] ** 2
+        spread = square.mean(axis=0)[a, b]
         nop_shift = self.nop[d] - self.nop[h]
         e_copies = self.copies[e] - self.fresh[e, h] + self.fresh[e, d]
         f_copies = self.copies[f] - self.fresh[f, d] + self.fresh[f, h]
@@ -218,7 +237,6 @@ class _LayerDescent:
         terms += self._terms(f, self.r[f], self.nopsum[f] - nop_shift, f_copies)
         terms -= self._terms(e, self.r[e], self.nopsum[e], self.copies[e])
         terms -= self._terms(f, self.r[f], self.nopsum[f], self.copies[f])
-        spread = (new_h**2 - self.loads[:, h, None] ** 2 + new_d**2 - self.loads[:, d] ** 2).mean(axis=0)
         moves = np.stack([np.full(len(e), h), e, f, d])
         return moves, self.p.batches * (peak - base) + terms, spread
 
@@ -239,16 +257,67 @@ class _LayerDescent:
         e = np.concatenate([np.repeat(on_h, len(gains_h)), away[picked].ravel()])
         c = np.concatenate([np.full(len(on_h) * len(gains_h), h), where[picked].ravel()])
         f = np.concatenate([np.tile(gains_h, len(on_h)), np.repeat(on_h, picked.shape[1])])
-        ok = (e != f) & ~held[f, c]
+        ok = (e != f) & ~held[f, c] & (self.r[f] < self.rules.max_replicas)
+        if self.rules.all_resident:  # moves.py refuses these anyway: not worth scoring
+            ok &= self.r[e] >= 2
         e, c, f = e[ok], c[ok], f[ok]
-        peaks, spread = np.empty(len(e)), np.empty(len(e))
-        cells = max(1, CHUNK_CELLS // max(1, self.loads.size))
-        for k in range(0, len(e), cells):
-            part = slice(k, k + cells)
-            loads = self.loads[None] + self._losses(e[part], c[part]) + self._gains(f[part], c[part])
-            peaks[part], spread[part] = loads.max(axis=2).mean(axis=1), (loads**2).sum(axis=2).mean(axis=1)
+        peaks, spread = self._replace_scores(e, c, f)
         terms = self._lost(e, c) + self._gained(f, c)
-        return np.stack([e, c, f]), self.p.batches * (peaks - base) + terms, spread - self.spread
+        return np.stack([e, c, f]), self.p.batches * (peaks - base) + terms, spread
+
+    def _replace_scores(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([K] mean scenario peak, [K] change of the mean sum of squared loads) after each
+        replace (e[k] on c[k] becomes f[k]). Where e keeps a replica and f had one, only the
+        chiplets holding either change (`_local_scores`); otherwise a spread load changes every
+        chiplet, scored in full."""
+        peaks, spread = np.empty(len(e)), np.empty(len(e))
+        local = (self.r[e] >= 2) & (self.r[f] >= 1)
+        i = np.flatnonzero(local)
+        cells = max(1, CHUNK_CELLS // max(1, self.loads.shape[0] * self._width(e[i], c[i], f[i])))
+        for k in range(0, len(i), cells):
+            part = i[k : k + cells]
+            peaks[part], spread[part] = self._local_scores(e[part], c[part], f[part])
+        i = np.flatnonzero(~local)
+        cells = max(1, CHUNK_CELLS // max(1, self.loads.size))
+        for k in range(0, len(i), cells):
+            part = i[k : k + cells]
+            loads = self.loads[None] + self._losses(e[part], c[part]) + self._gains(f[part], c[part])
+            peaks[part] = loads.max(axis=2).mean(axis=1)
+            spread[part] = (loads**2).sum(axis=2).mean(axis=1) - self.spread
+        return peaks, spread
+
+    def _touched(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> np.ndarray:
+        """[K, C] the chiplets a replace changes: e's, f's and c."""
+        touched = self.held[e] | self.held[f]
+        touched[np.arange(len(e)), c] = True
+        return touched
+
+    def _width(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> int:
+        return int(self._touched(e, c, f).sum(axis=1).max()) if len(e) else 1
+
+    def _local_scores(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_replace_scores` of replaces that change only the chiplets holding e or f (e keeps a
+        replica, f had one): the new loads there, and each scenario's largest load elsewhere
+        from its top loads."""
+        touched = self._touched(e, c, f)
+        width = int(touched.sum(axis=1).max())
+        idx = np.argsort(~touched, axis=1, kind="stable")[:, :width]  # [K, M] the touched chiplets first
+        ee, ff = e[:, None], f[:, None]
+        at_c = idx == c[:, None]
+        # [S, K, M]: e's other replicas take larger shares, its replica on c goes; f's take
+        # smaller shares and one arrives on c (padding chiplets: no change)
+        delta = (self.held[ee, idx] & ~at_c) * (self.fewer[:, ee, idx] - self.now[:, ee, idx])
+        delta += self.held[ff, idx] * (self.more[:, ff, idx] - self.now[:, ff, idx])
+        delta += at_c * (self.more[:, ff, idx] - self.now[:, ee, idx])
+        base = self.loads[:, idx]  # [S, K, M]
+        new = base + delta
+        top = min(width + 1, self.loads.shape[1])
+        order = np.argsort(-self.loads, axis=1, kind="stable")[:, :top]  # [S, T]
+        values = np.take_along_axis(self.loads, order, axis=1)
+        rest = np.where(touched[:, order], -np.inf, values[None]).max(axis=2)  # [K, S]
+        peaks = np.maximum(new.max(axis=2).T, rest).mean(axis=1)
+        spread = (new**2 - base**2).sum(axis=2).mean(axis=0)
+        return peaks, spread
 
     def _losses(self, e: np.ndarray, c: np.ndarray) -> np.ndarray:
         """[K, S, C] the loads' change when expert e[k] loses its replica on c[k]: its other
@@ -284,26 +353,29 @@ class _LayerDescent:
     def _drop(self, h: int, e: int) -> bool:
         if not self.rules.drop_allowed(e, int_masks(self.held[[e]])[0], h):
             return False
+        x = np.array([e])
         self.held[e, h] = False
         if self.rules.owner.shape[0]:
             self.room += self.rules.owner[:, e]
-        self._refresh()
+        self._moved(x)
         return True
 
     def _swap(self, h: int, e: int, f: int, d: int) -> bool:
         masks = int_masks(self.held[[e, f]])
         if not self.rules.swap_allowed(e, masks[0], h, f, masks[1], d):
             return False
+        x = np.array([e, f])
         self.held[e, h], self.held[f, d], self.held[e, d], self.held[f, h] = False, False, True, True
-        self._refresh()
+        self._moved(x)
         return True
 
     def _replace(self, e: int, c: int, f: int) -> bool:
         masks = int_masks(self.held[[e, f]])
         if not self.rules.replace_allowed(e, masks[0], c, f, masks[1], self.room):
             return False
+        x = np.array([e, f])
         self.held[e, c], self.held[f, c] = False, True
         if self.rules.owner.shape[0]:
             self.room -= self.rules.owner[:, f] - self.rules.owner[:, e]
-        self._refresh()
+        self._moved(x)
         return True
