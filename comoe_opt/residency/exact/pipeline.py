@@ -33,6 +33,7 @@ from comoe_opt.deadline import Deadline
 from comoe_opt.errors import ComoeError
 from comoe_opt.highs import NOT_STARTED, HighsOutcome, lp_work, mip_work, nodes_within, solve_with_highs
 from comoe_opt.residency.bounds.check_bound import BoundCertificate
+from comoe_opt.residency.bounds.nop_floor import nop_excess_bound
 from comoe_opt.residency.heuristics import warm_starts
 from comoe_opt.residency.heuristics.assign import assign_replicas
 from comoe_opt.residency.heuristics.fill import fill_spare
@@ -240,8 +241,10 @@ _SKIPPED = HighsOutcome(Status.TIME_LIMIT, math.inf, -math.inf, 0.0, "not starte
 
 def _replica_bound(problem: ResidencyProblem, outcome: HighsOutcome, deadline: Deadline) -> tuple[float, str]:
     """The replica model's bound (a lower bound of the full model, formulations/residency.md), or
-    its LP relaxation's when it stopped before its root bound and time is left."""
-    bound = outcome.bound + problem.constant_ms
+    its LP relaxation's when it stopped before its root bound and time is left; either prices NoP
+    at its floor, so the least NoP any placement has above it (bounds/nop_floor.py) adds on."""
+    floor = problem.constant_ms + nop_excess_bound(problem)
+    bound = outcome.bound + floor
     if math.isfinite(bound):
         return bound, "replica-count MILP"
     if deadline.expired():
@@ -250,7 +253,7 @@ def _replica_bound(problem: ResidencyProblem, outcome: HighsOutcome, deadline: D
     with deadline.phase("lp_bound"):
         relaxed = _lp_relaxation(problem, deadline)
     if relaxed.status is Status.OPTIMAL:
-        bound = relaxed.objective + problem.constant_ms
+        bound = relaxed.objective + floor
         return bound, "LP relaxation (the MILP stopped before its root bound)"
     return -math.inf, f"none: the LP relaxation ended {relaxed.status.value} too"
 
