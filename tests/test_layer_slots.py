@@ -151,3 +151,23 @@ def test_the_layouts_bounds_skip_only_moves_that_cannot_win(seed: int) -> None:
                 trial[e, g], trial[e, h] = False, True
                 bound = floor.makespan(int(e), int(g), int(h))
                 assert bound <= layer_makespan(problem, trial, 0) * (1 + 1e-12)
+
+
+def test_a_layer_holding_more_replicas_than_its_slots_drops_one_that_keeps_another() -> None:
+    # One memory for all layers lets a plan hold 9 replicas of a layer in 4 x 2 slots. Device 0
+    # holds three experts' only replicas and no device has a free slot, so nothing on it can move
+    # until a replica of expert 0 (held twice) goes: then one of device 0's moves there. Capacity
+    # is exactly 2 slots x 3 layers, so a layer left over its slots is a device over its capacity.
+    problem = _problem(slots=2)
+    resident = np.zeros((3, 8, 4), dtype=bool)
+    for layer in range(1, 3):
+        resident[layer, np.arange(8), np.arange(8) % 4] = True  # two per device
+    for e, c in [(1, 0), (2, 0), (3, 0), (4, 1), (0, 1), (5, 2), (6, 2), (7, 3), (0, 3)]:
+        resident[0, e, c] = True
+    placement = Placement(resident)
+    result = SolveResult("by hand", Status.FEASIBLE, np.inf, -np.inf, 0.0, placement, report=_report(problem))
+    fixed = laid_out(problem, result)  # scores the plan: raises if a device is over its capacity
+    held = fixed.solution.resident
+    assert held[0].sum(axis=0).max() == 2 and held[0].sum() == 8
+    assert held[0].any(axis=1).all()  # every expert keeps a replica
+    assert held[0, 0].sum() == 1 and fixed.report.layout_moves == 2  # one drop, one move

@@ -71,10 +71,20 @@ def _lay_out_layer(problem: ResidencyProblem, resident: np.ndarray, li: int) -> 
             return changed
         g = int(over[np.argmax(held[over])])
         under = np.flatnonzero(held < problem.layer_slots)
-        best = _best_move(problem, layer, leased, before, li, g, under)
-        if best is None:
-            return changed  # nothing on g may move or go (leased, or sole replicas): left as it is
-        e, h = best
+        move = _best_move(problem, layer, leased, before, li, g, under)
+        if move is not None:
+            e, h = move
+        else:
+            # nothing on g may move or go: its replicas are leased, or their experts' only ones
+            # with no device free to take them, when the layer holds more replicas than its
+            # slots (one memory for all layers lets a plan do that). Then a replica elsewhere
+            # goes, the one of least objective of an expert that keeps another.
+            if held.sum() <= problem.layer_slots * problem.chiplets:
+                return changed  # leased: left as it is
+            drop = _surplus_drop(problem, layer, leased, before, li)
+            if drop is None:
+                return changed  # every replica is its expert's last or leased: left as it is
+            g, e, h = drop
         layer[e, g] = False
         if h >= 0:
             layer[e, h] = True
@@ -101,22 +111,50 @@ def _best_move(
             candidates.append((int(e), -1))  # already on every device with room: dropped instead
     if not candidates:
         return None
-    # the least cost, the first of the least (deterministic); with bounds, the candidates are
-    # solved from the least bound up and one whose bound exceeds the best cost so far is not
+    _, expert, target = _least(problem, layer, before, li, [(g, e, h) for e, h in candidates])
+    return expert, target
+
+
+def _surplus_drop(
+    problem: ResidencyProblem, layer: np.ndarray, leased: np.ndarray, before: np.ndarray | None, li: int
+) -> tuple[int, int, int] | None:
+    """(device, expert, -1): the drop of least objective among the layer's replicas whose expert
+    keeps another (not leased), from the devices holding the most first; None when there is none."""
+    held = layer.sum(axis=0)
+    several = layer.sum(axis=1) > 1
+    candidates = [
+        (int(c), int(e), -1)
+        for c in np.argsort(-held, kind="stable")
+        for e in np.flatnonzero(layer[:, c] & several & ~leased[:, c])
+    ]
+    return _least(problem, layer, before, li, candidates) if candidates else None
+
+
+def _least(
+    problem: ResidencyProblem,
+    layer: np.ndarray,
+    before: np.ndarray | None,
+    li: int,
+    candidates: list[tuple[int, int, int]],
+) -> tuple[int, int, int]:
+    """The move (from g, expert e, to h; h = -1: dropped) of least cost, the first of the least
+    (deterministic). With bounds (`_Floor`), the moves are solved from the least bound up, and one
+    whose bound exceeds the best cost so far is not."""
     floor = _Floor.of(problem, layer, li)
     bounds = np.zeros(len(candidates))
     if floor is not None:
         bounds = np.array(
             [
                 problem.batches * floor.makespan(e, g, h) + _copy_ms(problem, before, g, e, h)
-                for e, h in candidates
+                for g, e, h in candidates
             ]
         )
     best, best_cost = len(candidates), math.inf
     for i in np.argsort(bounds, kind="stable"):
         if floor is not None and bounds[i] > best_cost * (1 + SURE):
             break  # neither it nor any after it can beat the best
-        cost = _cost(problem, layer, before, li, g, *candidates[i])
+        g, e, h = candidates[i]
+        cost = _cost(problem, layer, before, li, g, e, h)
         if cost < best_cost or (cost == best_cost and i < best):
             best, best_cost = int(i), cost
     return candidates[best]
