@@ -202,16 +202,13 @@ class _LayerDescent:
                 return True
         return False
 
-    def _rest(self, h: int, d: np.ndarray) -> np.ndarray:
-        """[S, K] each scenario's largest load on a chiplet other than h and d[k]."""
-        chiplets = self.loads.shape[1]
-        order = np.argsort(-self.loads, axis=1, kind="stable")[:, :3]
+    def _largest_off(self, touched: np.ndarray) -> np.ndarray:
+        """[K, S] each scenario's largest load on a chiplet outside `touched[k]` ([K, C]), read
+        from its top loads (one more than the largest set; -inf where every chiplet is touched)."""
+        top = min(int(touched.sum(axis=1).max(initial=0)) + 1, self.loads.shape[1])
+        order = np.argsort(-self.loads, axis=1, kind="stable")[:, :top]  # [S, T]
         values = np.take_along_axis(self.loads, order, axis=1)
-        rest = np.zeros((self.loads.shape[0], len(d)))
-        for j in reversed(range(min(3, chiplets))):
-            free = (order[:, j, None] != h) & (order[:, j, None] != d[None, :])
-            rest = np.where(free, values[:, j, None], rest)
-        return rest
+        return np.where(touched[:, order], -np.inf, values[None]).max(axis=2)
 
     def _swaps(self, h: int, base: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """([4, K] (h, e, f, d) of every swap of a replica on h, [K] each one's objective change,
@@ -224,7 +221,10 @@ class _LayerDescent:
         # [S, A, B] the two chiplets' new loads: h's terms by replica on h, d's by replica elsewhere
         new_h = (loads[:, h, None] - now[:, on_h, h])[:, :, None] + now[:, fs, h][:, None, :]
         new_d = (loads[:, ds] - now[:, fs, ds])[:, None, :] + now[:, on_h[:, None], ds]
-        rest = self._rest(h, ds)[:, None, :]
+        touched = np.zeros((len(ds), loads.shape[1]), dtype=bool)  # [B, C]: h and d
+        touched[:, h] = True
+        touched[np.arange(len(ds)), ds] = True
+        rest = self._largest_off(touched).T[:, None, :]
         a, b = np.nonzero(ok)  # e-major, as the moves are listed
         e, f, d = on_h[a], fs[b], ds[b]
         peak = np.maximum(np.maximum(new_h, new_d), rest).mean(axis=0)[a, b]
@@ -273,10 +273,12 @@ class _LayerDescent:
         peaks, spread = np.empty(len(e)), np.empty(len(e))
         local = (self.r[e] >= 2) & (self.r[f] >= 1)
         i = np.flatnonzero(local)
-        cells = max(1, CHUNK_CELLS // max(1, self.loads.shape[0] * self._width(e[i], c[i], f[i])))
+        touched = self._touched(e[i], c[i], f[i])
+        width = int(touched.sum(axis=1).max(initial=1))
+        cells = max(1, CHUNK_CELLS // max(1, self.loads.shape[0] * width))
         for k in range(0, len(i), cells):
             part = i[k : k + cells]
-            peaks[part], spread[part] = self._local_scores(e[part], c[part], f[part])
+            peaks[part], spread[part] = self._local_scores(e[part], c[part], f[part], touched[k : k + cells])
         i = np.flatnonzero(~local)
         cells = max(1, CHUNK_CELLS // max(1, self.loads.size))
         for k in range(0, len(i), cells):
@@ -292,14 +294,12 @@ class _LayerDescent:
         touched[np.arange(len(e)), c] = True
         return touched
 
-    def _width(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> int:
-        return int(self._touched(e, c, f).sum(axis=1).max()) if len(e) else 1
-
-    def _local_scores(self, e: np.ndarray, c: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`_replace_scores` of replaces that change only the chiplets holding e or f (e keeps a
-        replica, f had one): the new loads there, and each scenario's largest load elsewhere
-        from its top loads."""
-        touched = self._touched(e, c, f)
+    def _local_scores(
+        self, e: np.ndarray, c: np.ndarray, f: np.ndarray, touched: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_replace_scores` of replaces that change only the chiplets `touched` [K, C] (`_touched`:
+        those holding e or f, where e keeps a replica and f had one): the new loads there, and each
+        scenario's largest load elsewhere (`_largest_off`)."""
         width = int(touched.sum(axis=1).max())
         idx = np.argsort(~touched, axis=1, kind="stable")[:, :width]  # [K, M] the touched chiplets first
         ee, ff = e[:, None], f[:, None]
@@ -311,10 +311,7 @@ class _LayerDescent:
         delta += at_c * (self.more[:, ff, idx] - self.now[:, ee, idx])
         base = self.loads[:, idx]  # [S, K, M]
         new = base + delta
-        top = min(width + 1, self.loads.shape[1])
-        order = np.argsort(-self.loads, axis=1, kind="stable")[:, :top]  # [S, T]
-        values = np.take_along_axis(self.loads, order, axis=1)
-        rest = np.where(touched[:, order], -np.inf, values[None]).max(axis=2)  # [K, S]
+        rest = self._largest_off(touched)  # [K, S]
         peaks = np.maximum(new.max(axis=2).T, rest).mean(axis=1)
         spread = (new**2 - base**2).sum(axis=2).mean(axis=0)
         return peaks, spread
