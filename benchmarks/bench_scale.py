@@ -11,8 +11,9 @@ one run on one machine; the drop-in's plans are work-limited (deterministic), on
 The first table is the scale suite's shapes (instances/scale/); the curves vary one of GPUs or
 experts at a time.
 
-The third variant, `even by steps`, is the `even` search by steps the drop-in can opt into
-(`SearchConfig(step_search_gpus=12)`: balancers/dropin/step_search.py).
+`even` and `lp` are the drop-in's defaults: past 12 GPUs (`SearchConfig.step_search_gpus`) the
+search by steps (balancers/dropin/step_search.py); `even by moments` and `lp by pooled cuts` are its
+other searches (`SearchConfig(step_search_gpus=None)`), the defaults up to 12 GPUs.
 
     .venv/bin/python benchmarks/bench_scale.py [--runs 3] [--steps 32] [--only even]
 """
@@ -32,12 +33,12 @@ from comoe_opt.balancers.dropin.config import SearchConfig
 from comoe_opt.balancers.eplb import deepseek_eplb
 
 RESULT = RESULTS / "scale-plan-time.md"
-# the drop-in's variants: its dispatch, and the `even` search by steps it can opt into
+# the drop-in's variants: its dispatch with its defaults, and its searches by moments or pooled cuts
 VARIANTS = {
     "even": {"dispatch": "even"},
-    "even by steps": {"dispatch": "even", "config": SearchConfig(step_search_gpus=12)},
+    "even by moments": {"dispatch": "even", "config": SearchConfig(step_search_gpus=None)},
     "lp": {"dispatch": "lp"},
-    "lp by steps": {"dispatch": "lp", "config": SearchConfig(step_search_gpus=12)},
+    "lp by pooled cuts": {"dispatch": "lp", "config": SearchConfig(step_search_gpus=None)},
 }
 
 

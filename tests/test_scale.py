@@ -105,8 +105,11 @@ def test_the_slow_loops_search_runs_past_62_devices(devices):
     assert int_masks(after.resident[0])[devices] != 1 << (devices - 1)
 
 
+@pytest.mark.parametrize("by_steps", [False, True], ids=["pooled cuts", "by steps"])
 @pytest.mark.parametrize("devices", SIZES)
-def test_the_drop_ins_lp_plans_past_62_gpus(devices):
+def test_the_drop_ins_lp_plans_past_62_gpus(devices, by_steps):
+    from comoe_opt.balancers.dropin.config import SearchConfig
+
     rng = np.random.default_rng(devices)
     layers, experts = 2, devices * 2
     slots = experts + devices  # one spare slot per GPU
@@ -114,8 +117,9 @@ def test_the_drop_ins_lp_plans_past_62_gpus(devices):
         float
     )
     plan, _, logcnt, report = comoe_opt.rebalance_experts(
-        steps.sum(axis=0), slots, 1, 1, devices, history=steps, dispatch="lp", moves=200, explain=True
-    )
+        steps.sum(axis=0), slots, 1, 1, devices, history=steps, dispatch="lp", moves=200, explain=True,
+        config=SearchConfig(step_search_gpus=12 if by_steps else None),
+    )  # fmt: skip
     assert plan.shape == (layers, slots) and (logcnt >= 1).all() and (logcnt.sum(axis=1) == slots).all()
     assert report.objective <= report.eplb_objective + 1e-9  # never worse, exactly, than its start
 

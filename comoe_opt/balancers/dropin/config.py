@@ -51,15 +51,31 @@ class SearchConfig:
     # above EPLB's (1: C +0.3%; 2: B +0.2%; none: B +0.5%, C +0.3%, DeepSeek-V3 +11.8%), at the
     # most copies (benchmarks/results/regimes-dropin.md)
     guard_z: float = 0.0
-    # even: past this many GPUs, search by steps (step_search.py: one swap off each layer's hottest
-    # GPU per pass, replica counts kept) instead of by moments; None: never. Off by default: on the
-    # scale suite it plans within 2x EPLB's time where the moment search takes 5-23x, but its
-    # replayed P95 was worse than the moment search's on 4 of 6 instances (it cannot change an
-    # expert's replica count, which a drift asks for: benchmarks/results/scale-step-search.md)
-    step_search_gpus: int | None = None
+    # the steps the guard judges: "newest" (the newest quarter), "all" (every step alike) or
+    # "auto" (every step for the search by steps, the newest quarter for the search by moments).
+    # For the search by steps on the scale suite's 18 draws, every step: even +0.1% mean P95 against
+    # EPLB at 0.34 of its copies, the newest quarter +0.5% at 0.56 (results/scale-step-search.md);
+    # the search by moments keeps the newest quarter, with which guard_z was chosen
+    guard_steps: str = "auto"
+    # past this many GPUs, search by steps (step_search.py: one swap off each layer's hottest GPU
+    # per pass, replica counts kept; for `lp` on the even split's peaks) instead of by moments
+    # (`even`) or pooled cuts (`lp`); None: never. Chosen on the scale suite and the regime suite's
+    # instance past 12 GPUs, each drawn with seeds 0, 1 and 2 (benchmarks/results/scale-step-search.md
+    # and -lp.md): its replayed P95 is the other searches' within the draws' spread (mean against
+    # EPLB, guard on every step: even +0.1%, lp -0.0%; by moments +0.3%, by pooled cuts -0.1%; one
+    # draw between -3.4% and +4.7%) at 0.34 of EPLB's copies against 0.54 and 0.41, and it plans
+    # within about 2x EPLB's time where they take 5-21x and 150-1,100x (results/scale-plan-time.md)
+    step_search_gpus: int | None = 12
     # steps: GPUs paired with a layer's hot GPU per pass, the coolest of its node (2, 4 and 8
-    # measured on the scale suite: results/scale-step-search.md)
+    # measured on the scale suite's first draws, commit 68af754's results/scale-step-search.md:
+    # none better on every instance)
     step_partners: int = 4
+    # steps: a layer keeps the search's map only where the same search, run on the history without
+    # its newest quarter, balances that quarter at least as well as EPLB's plan of the whole
+    # history (a held-out check; EPLB's plan has seen the quarter, so the check leans to EPLB).
+    # Off: on the scale suite's 18 draws +0.4% mean P95 against EPLB at 0.65 of its copies, against
+    # the default's +0.1% at 0.34 (results/scale-step-search.md)
+    held_back: bool = False
     # The search's work, counted in what it takes on a typical machine (nanoseconds of one core of
     # the project's 2-core AMD EPYC host, NumPy 2.4, measured on the drop-in's six timing inputs,
     # GPT-OSS and DeepSeek-V3 shapes: benchmarks/results/dropin.md). They turn counts into a

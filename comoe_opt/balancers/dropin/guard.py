@@ -42,15 +42,20 @@ def guarded(
     prev_n: np.ndarray | None = None,
     price: float | None = None,
     z: float = 0.0,
+    judged: np.ndarray | None = None,
+    scored: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(the plan served, the layers where EPLB's serves): `plan` [layers, slots] with each layer
     that balances the newest steps of `w` (mean per-step max/mean GPU load under the dispatch)
     worse than `eplb_map` replaced by EPLB's (ties keep ours: it moves fewer experts). With a
     `price` and the map in service's replica counts `prev_n` [layers, E, G], each plan's experts
     moved off that map cost `price` each on top of its balance. With `z`, EPLB's lead must exceed
-    `z` standard errors of the per-step difference (a lead within them is as likely noise)."""
-    newest = newest_steps(w)
-    diff = scores(plan, newest, shape) - scores(eplb_map, newest, shape)  # [layers, steps]: ours - EPLB's
+    `z` standard errors of the per-step difference (a lead within them is as likely noise).
+    `judged` [layers, S', E]: the steps judged on instead of the newest; `scored`: both plans'
+    scores on them [layers, S'] (ours, EPLB's), when the caller has them."""
+    newest = newest_steps(w) if judged is None else judged
+    ours, theirs = scored or (scores(plan, newest, shape), scores(eplb_map, newest, shape))
+    diff = ours - theirs  # [layers, steps]: ours - EPLB's
     gain = diff.mean(axis=1)  # EPLB's lead on the newest steps
     if price is not None and prev_n is not None:
         experts = w.shape[-1]

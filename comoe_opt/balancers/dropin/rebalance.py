@@ -14,7 +14,9 @@ it where it calls EPLB. It needs no instance file: devices, slots and loads are 
   `"lp"` (it routes each batch by the best split, as SGLang's `--ep-dispatch-algorithm lp`),
   scored exactly as the slow loop's balance scenarios (the cut condition), recent steps weighing
   more. Steps are `history` ([steps, layers, experts], e.g. SGLang's recorder dump), or `weight`
-  itself as one step.
+  itself as one step. Past `SearchConfig.step_search_gpus` GPUs (12) the search runs by steps
+  instead (balancers/dropin/step_search.py: swaps off each layer's hottest GPU, scored exactly
+  on every step, from EPLB's plan or the map in service, at about EPLB's own cost).
 
 The search keeps EPLB's shape: every expert at least once, `num_replicas / num_gpus` slots per
 GPU, and in hierarchical mode every replica on the node its group is on. A move is kept only
@@ -63,7 +65,7 @@ from comoe_opt.balancers.dropin.objective import (
     temperatures,
 )
 from comoe_opt.balancers.dropin.starts import risk_pack
-from comoe_opt.balancers.dropin.step_search import StepSearch, step_objective
+from comoe_opt.balancers.dropin.step_search import StepSearch, gpu_step_loads
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
@@ -76,6 +78,7 @@ from comoe_opt.instance import MAX_PLACEMENT_CELLS
 
 METHODS = ("comoe", "eplb")
 DISPATCHES = ("even", "lp")
+GUARD_STEPS = ("auto", "newest", "all")  # SearchConfig.guard_steps
 MAX_HISTORY_STEPS = 128  # steps scored per layer (spread evenly): the search's cost grows with them
 MAX_MOVES = 1_000_000  # per layer: about an hour per layer on one core, far past any use
 # the drop-in's size limits (docs/api.md "Limits"): far past public MoE models (the most routed
@@ -90,7 +93,7 @@ MAX_LOAD = 1e15  # the load-count files' limit (formats.counts.MAX_COUNT; reside
 # measured 8-16x our port on the same inputs, so `even` stays within about twice upstream's time);
 # the best split costs about thirty times more to score
 BUDGET_TIMES_EPLB = {"even": 15.0, "lp": 300.0}
-# the step search's budget (step_search.py, opted in by SearchConfig.step_search_gpus): a tenth
+# the step search's budget (step_search.py, the default past SearchConfig.step_search_gpus): a tenth
 # of EPLB's packing, so that the call as a whole (EPLB's plan, the steps' loads, the guard) stays
 # within about twice EPLB's time at the scale suite's shapes (benchmarks/results/scale-plan-time.md);
 # its first pass, one swap per layer, runs whatever the budget
@@ -276,14 +279,19 @@ def rebalance_experts(
             budget_ns, config,
         )  # fmt: skip
         raw = None if steps is None else steps.transpose(1, 0, 2)
-        plan, stopped, tested, life_used = _plan_comoe(
+        searched, tested, life_used = _plan_comoe(
             call, eplb_map, w, raw, (move_cost, life, smooth), calibrate, work
         )
+        plan, stopped = searched.plan, searched.stopped
         if config.eplb_guard:  # the caller's price, when given, weighs EPLB's moves (guard.py)
             # the search by steps is guarded on the peaks it searched (for lp, the even split's:
             # an upper bound of the best split's, at a small part of its cost)
             judged = replace(shape, dispatch="even") if by_steps else shape
-            plan, eplb_layers = guarded(plan, eplb_map, w, judged, prev_n, move_cost, config.guard_z)
+            on_all = _guard_on_all(config, by_steps)
+            scored = searched.peaks if on_all else None  # the search's own per-step peaks
+            plan, eplb_layers = guarded(
+                plan, eplb_map, w, judged, prev_n, move_cost, config.guard_z, w if on_all else None, scored
+            )
     if prev is not None:
         plan = keep_in_place(plan, prev, num_gpus)
     out: tuple[Any, ...] = maps_of(plan, experts)
@@ -332,6 +340,17 @@ class _Call:
         return align_gpus(plan, self.prev, raw.shape[-1], self.shape.gpus, self.shape.nodes)
 
 
+@dataclass(frozen=True)
+class _Searched:
+    """A search's plan [layers, slots], whether its budget cut it short, and (the search by steps,
+    on unsmoothed steps) each step's max/mean GPU load [layers, S] of the plan and of EPLB's on the
+    steps it searched, which the guard judging every step reads instead of scoring both again."""
+
+    plan: np.ndarray
+    stopped: bool
+    peaks: tuple[np.ndarray, np.ndarray] | None = None
+
+
 def _plan_comoe(
     call: _Call,
     eplb_map: np.ndarray,
@@ -340,16 +359,16 @@ def _plan_comoe(
     fixed: tuple[float | None, float | str | None, bool | None],
     calibrate: bool,
     work: Work,
-) -> tuple[np.ndarray, bool, Backtest | None, float | None]:
-    """(plan, whether cut short, the backtest when run, the half-life planned with): the search
-    from the best start with the constants given (`fixed`: move cost, half-life, smoothing), the
-    others backtested on `raw` when `calibrate`, else their defaults; layers the backtest kept as
-    EPLB's or in service stay."""
+) -> tuple[_Searched, Backtest | None, float | None]:
+    """(the search, the backtest when run, the half-life planned with): the search from the best
+    start with the constants given (`fixed`: move cost, half-life, smoothing), the others
+    backtested on `raw` when `calibrate`, else their defaults; layers the backtest kept as EPLB's
+    or in service stay (the search's per-step peaks are then dropped)."""
     options = backtest.candidates(w.shape[1], 0.0 if raw is None else backtest.selection_rate(raw), *fixed)
 
     def planner(w_: np.ndarray, raw_: np.ndarray | None, c: backtest.Constants, share: float) -> np.ndarray:
         eplb_ = eplb_map if raw_ is None else call.eplb_of(raw_)
-        return _comoe(call, eplb_, w_, raw_, c, call.work(share))[0]  # effort: the final run only
+        return _comoe(call, eplb_, w_, raw_, c, call.work(share)).plan  # effort: the final run only
 
     tested = None
     if raw is not None and calibrate:
@@ -358,13 +377,17 @@ def _plan_comoe(
             raw, w, call.shape, call.prev_n, options, price, planner, call.eplb_of, BACKTEST_SHARE, call.prev
         )
     chosen = options[0] if tested is None else tested.chosen
-    plan, stopped = _comoe(call, eplb_map, w, raw, chosen, work)
+    searched = _comoe(call, eplb_map, w, raw, chosen, work)
+    plan = searched.plan
+    if call.config.held_back and _by_steps(call.shape, call.config):
+        plan = _held_back(call, plan, eplb_map, w, raw, chosen, fixed[0])
     if tested is not None and (tested.eplb_layers or tested.kept_layers):
         plan = plan.copy()
         plan[list(tested.eplb_layers)] = eplb_map[list(tested.eplb_layers)]
         if call.prev is not None:
             plan[list(tested.kept_layers)] = call.prev[list(tested.kept_layers)]
-    return plan, stopped, tested, chosen.half_life
+    peaks = searched.peaks if plan is searched.plan else None
+    return _Searched(plan, searched.stopped, peaks), tested, chosen.half_life
 
 
 def work_budget(
@@ -389,15 +412,17 @@ def _comoe(
     raw: np.ndarray | None,
     c: backtest.Constants,
     work: Work,
-) -> tuple[np.ndarray, bool]:
-    """(plan, whether cut short) of the search on normalised steps `w` [layers, S, E] (`raw`: their
-    counts, for the smoothing) with constants `c`, from the best of its starts."""
+) -> _Searched:
+    """The search on normalised steps `w` [layers, S, E] (`raw`: their counts, for the smoothing)
+    with constants `c`, from the best of its starts."""
     experts, shape, prev = w.shape[-1], call.shape, call.prev
     config = replace(call.config, half_life=c.half_life)
+    smooth = bool(c.smooth) and raw is not None
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
     if _by_steps(shape, config):
-        return _step_search(call, eplb_map, w, c, work)
+        searched = _step_search(call, eplb_map, w, c, work)
+        return replace(searched, peaks=None) if smooth else searched
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
     packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
@@ -409,11 +434,48 @@ def _comoe(
     if shape.dispatch == "even" and prev is not None:
         halves = half_moments(w, config.cross_block, config.half_life)
     start = _best_start(starts, w, shape, call.prev_n, c.move_cost, moments, config, halves)
-    return _search(call, config, start, w, c.move_cost, moments, packed, halves, work)
+    return _Searched(*_search(call, config, start, w, c.move_cost, moments, packed, halves, work))
+
+
+def _held_back(
+    call: _Call,
+    plan: np.ndarray,
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    raw: np.ndarray | None,
+    c: backtest.Constants,
+    price: float | None,
+) -> np.ndarray:
+    """`plan` with EPLB's plan on each layer where the search, run on the steps `w` [L, S, E]
+    without the newest quarter (guard.newest_steps), balances that quarter worse than EPLB's plan
+    of all of them (the guard's test, out of sample); no check below `HELD_BACK` steps."""
+    steps = w.shape[1]
+    if steps < backtest.HELD_BACK:
+        return plan
+    older = steps - max(1, steps // backtest.HELD_BACK)
+    older_raw = None if raw is None else raw[:, :older]
+    trial = _comoe(call, eplb_map, w[:, :older], older_raw, c, call.work(1.0)).plan
+    judged = replace(call.shape, dispatch="even")  # what the search by steps searched
+    held = w[:, older:]
+    _, loses = guarded(trial, eplb_map, w, judged, call.prev_n, price, call.config.guard_z, held)
+    if loses.size == 0:
+        return plan
+    plan = plan.copy()
+    plan[loses] = eplb_map[loses]
+    return plan
+
+
+def _guard_on_all(config: SearchConfig, by_steps: bool) -> bool:
+    """Whether the guard judges every step of the history alike (else its newest quarter)."""
+    if config.guard_steps not in GUARD_STEPS:
+        raise ArgumentError(
+            f"config.guard_steps must be one of {', '.join(GUARD_STEPS)}, got {config.guard_steps!r}"
+        )
+    return config.guard_steps == "all" or (config.guard_steps == "auto" and by_steps)
 
 
 def _by_steps(shape: Shape, config: SearchConfig) -> bool:
-    """Whether the search runs by steps (step_search.py): opted in past some GPU count. For `lp`
+    """Whether the search runs by steps (step_search.py): past `step_search_gpus` GPUs. For `lp`
     it searches the even split's peaks (an upper bound of the best split's: the even split is
     one routing `lp` may choose), the guard scoring the best split."""
     past = config.step_search_gpus
@@ -422,24 +484,29 @@ def _by_steps(shape: Shape, config: SearchConfig) -> bool:
 
 def _step_search(
     call: _Call, eplb_map: np.ndarray, w: np.ndarray, c: backtest.Constants, work: Work
-) -> tuple[np.ndarray, bool]:
-    """(plan, whether cut short) of the step search (step_search.py) from the better, per layer,
-    of EPLB's plan and the map in service, their moves paid for."""
+) -> _Searched:
+    """The step search (step_search.py) from the better, per layer, of EPLB's plan and the map in
+    service, their moves paid for."""
+    gpus = call.shape.gpus
+    w_t = np.ascontiguousarray(w.transpose(0, 2, 1))  # [L, E, S]: what the search reads
+    eplb_peaks = gpu_step_loads(eplb_map, w_t, gpus).max(axis=1)  # [L, S]
     start = eplb_map
     if call.prev is not None:
         p = step_weights(w.shape[1], c.half_life)
         values = [
-            step_objective(plan, w, p, call.shape.gpus)
-            + c.move_cost * moved(slot_replicas(plan, w.shape[-1], call.shape.gpus), call.prev_n)
-            for plan in (call.prev, eplb_map)
+            peaks @ p + c.move_cost * moved(slot_replicas(plan, w.shape[-1], gpus), call.prev_n)
+            for plan, peaks in (
+                (call.prev, gpu_step_loads(call.prev, w_t, gpus).max(axis=1)),
+                (eplb_map, eplb_peaks),
+            )
         ]
         start = np.where((values[1] < values[0])[:, None], eplb_map, call.prev)
     partners = call.config.step_partners
-    run = StepSearch(start, w, call.shape, call.prev_n, c.move_cost, c.half_life, work, partners)
+    run = StepSearch(start, w, call.shape, call.prev_n, c.move_cost, c.half_life, work, partners, w_t)
     swaps = run.pass_cells() // max(w.shape[1], 1) // run.layers  # scored per layer and pass
     passes = None if call.cap is None else -(-call.cap // max(swaps, 1))
     stopped = run.descend(call.expired, passes)
-    return run.slots, stopped
+    return _Searched(run.slots, stopped, (run.loads.max(axis=1), eplb_peaks))
 
 
 def _half_life(value: Any) -> float | str | None:

@@ -1,4 +1,4 @@
-"""The drop-in's `even` search by steps (opted in past `SearchConfig.step_search_gpus` devices):
+"""The drop-in's search by steps (its default past `SearchConfig.step_search_gpus` devices):
 swaps off each layer's hottest GPU, scored exactly on every step.
 
 At 32-320 GPUs EPLB's packing takes 1-4 us per slot, and the moment search (even_search.py)
@@ -66,6 +66,7 @@ class StepSearch:
         half_life: float | None,
         work: Work,
         partners: int = 4,
+        w_t: np.ndarray | None = None,
     ):
         self.slots, self.w, self.shape = slots.copy(), w, shape
         self.layers, replicas = slots.shape
@@ -74,7 +75,8 @@ class StepSearch:
         self.prev_n, self.move_cost, self.work = prev_n, move_cost, work
         self.n = slot_replicas(self.slots, w.shape[-1], shape.gpus)  # [L, E, G]
         self.most_partners = partners
-        self.w_t = np.ascontiguousarray(w.transpose(0, 2, 1))  # [L, E, S]: a slot's steps contiguous
+        # [L, E, S]: a slot's steps contiguous (given: the caller's copy)
+        self.w_t = np.ascontiguousarray(w.transpose(0, 2, 1)) if w_t is None else w_t
         self.w32 = self.w_t.astype(np.float32)
         self.p = step_weights(w.shape[1], half_life)
         # replicas per expert: swaps never change them
