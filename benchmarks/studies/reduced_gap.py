@@ -6,7 +6,7 @@ run proves its optimum, the short run's incumbent excess and bound deficit say w
 the short run's gap; the table shows how the three move as the instance grows towards the full one.
 
     .venv/bin/python benchmarks/studies/reduced_gap.py [--cases gptoss-0,paper] [--layers 1,2]
-        [--scenarios 1,2,4,8] [--short 60] [--long 600]
+        [--scenarios 1,2,4,8] [--short 60] [--long 600] [--output FILE]
 
 Times are wall-clock limits (this is a study of what the solvers reach, not a reproducible plan):
 the machine they ran on is in the results file.
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--scenarios", default="1,2,4,8")
     parser.add_argument("--short", type=float, default=60.0)
     parser.add_argument("--long", type=float, default=600.0)
+    parser.add_argument("--output", type=Path, default=OUT, help=f"results file (default {OUT.name})")
     args = parser.parse_args()
     lines = [
         "# The hard windows' gap on reduced instances",
@@ -116,8 +117,10 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
         lines += markdown(case, rows)
         (RESULTS / "reduced-gap").mkdir(exist_ok=True)
-        (RESULTS / "reduced-gap" / f"{case}.json").write_text(json.dumps(rows, indent=1) + "\n")
-    OUT.write_text("\n".join(lines))
+        (RESULTS / "reduced-gap" / f"{args.output.stem}-{case}.json").write_text(
+            json.dumps(rows, indent=1) + "\n"
+        )
+    args.output.write_text("\n".join(lines))
     print("\n".join(lines))
 
 
