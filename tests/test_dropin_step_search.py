@@ -106,3 +106,15 @@ def test_the_search_by_steps_is_bounded_by_work_and_the_same_every_run():
     assert np.array_equal(first, again)
     one = rebalance_experts(*args, history=history, config=config, moves=1)[0]  # one pass
     assert np.array_equal(one, rebalance_experts(*args, history=history, config=config, moves=1)[0])
+
+
+def test_the_report_names_the_search_that_planned():
+    history, _, _ = _instance(3, 16, 2, steps=8, layers=2, experts=48)
+    args = (history.sum(axis=0), 64, 2, 2, 16)
+    by_steps = rebalance_experts(*args, history=history, explain=True)[-1]
+    by_moments = rebalance_experts(
+        *args, history=history, explain=True, config=SearchConfig(step_search_gpus=None)
+    )[-1]
+    eplb = rebalance_experts(*args, history=history, explain=True, method="eplb")[-1]
+    assert (by_steps.search, by_moments.search, eplb.search) == ("by steps", "by moments", "")
+    assert by_steps.summary().startswith("comoe (search by steps) for even dispatch")

@@ -147,6 +147,9 @@ class Report:
     backtest: Backtest | None = None  # the constants chosen and the scores behind them
     # layers where EPLB's plan balanced the newest steps better than the search's and serves (guard.py)
     eplb_layers: tuple[int, ...] = ()
+    # which search planned: "by steps" (past SearchConfig.step_search_gpus), "by moments" (even),
+    # "by pooled cuts" or "by enumerated cuts" (lp); "" for method="eplb"
+    search: str = ""
 
     @property
     def redundancy_measurable(self) -> bool | None:
@@ -156,7 +159,8 @@ class Report:
 
     def summary(self) -> str:
         lines = [
-            f"{self.method} for {self.dispatch} dispatch on {self.planned_on} in {self.seconds:.3f} s"
+            f"{self.method}{f' (search {self.search})' if self.search else ''} for {self.dispatch} dispatch"
+            f" on {self.planned_on} in {self.seconds:.3f} s"
             + (" (stopped by time_budget_s)" if self.stopped_by_time else "")
             + (" (stopped at its work budget)" if self.stopped_by_work else ""),
             f"mean per-step max/mean GPU load: {self.score:.4f} (EPLB {self.eplb_score:.4f})",
@@ -306,6 +310,8 @@ def rebalance_experts(
         report = _replace(report, stopped_by_time=stopped and not by_work, stopped_by_work=by_work)
         report = _with_redundancy(report, load, scenarios, num_replicas, num_groups, num_nodes, shape)
         report = _replace(report, backtest=tested, eplb_layers=tuple(int(x) for x in eplb_layers))
+        if method == "comoe":
+            report = _replace(report, search=_search_name(shape, config))
         out = (*out, report)
     return _as_input(out, weight)
 
@@ -463,6 +469,15 @@ def _held_back(
     plan = plan.copy()
     plan[loses] = eplb_map[loses]
     return plan
+
+
+def _search_name(shape: Shape, config: SearchConfig) -> str:
+    """The search a call runs, as `Report.search` names it."""
+    if _by_steps(shape, config):
+        return "by steps"
+    if shape.dispatch == "even":
+        return "by moments"
+    return "by pooled cuts" if shape.gpus > MAX_ENUMERATED_CHIPLETS else "by enumerated cuts"
 
 
 def _guard_on_all(config: SearchConfig, by_steps: bool) -> bool:
