@@ -46,7 +46,7 @@ from comoe_opt.balancers.dropin import backtest
 from comoe_opt.balancers.dropin.backtest import Backtest
 from comoe_opt.balancers.dropin.config import DEFAULT, SearchConfig, Work
 from comoe_opt.balancers.dropin.even_search import EvenSearch
-from comoe_opt.balancers.dropin.guard import guarded
+from comoe_opt.balancers.dropin.guard import guarded, newest_steps
 from comoe_opt.balancers.dropin.lp_search import LpSearch
 from comoe_opt.balancers.dropin.objective import (
     Moments,
@@ -423,12 +423,12 @@ def _comoe(
     with constants `c`, from the best of its starts."""
     experts, shape, prev = w.shape[-1], call.shape, call.prev
     config = replace(call.config, half_life=c.half_life)
-    smooth = bool(c.smooth) and raw is not None
+    given = w
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
     if _by_steps(shape, config):
         searched = _step_search(call, eplb_map, w, c, work)
-        return replace(searched, peaks=None) if smooth else searched
+        return searched if w is given else replace(searched, peaks=None)  # peaks of the steps given
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
     packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
@@ -455,14 +455,13 @@ def _held_back(
     """`plan` with EPLB's plan on each layer where the search, run on the steps `w` [L, S, E]
     without the newest quarter (guard.newest_steps), balances that quarter worse than EPLB's plan
     of all of them (the guard's test, out of sample); no check below `HELD_BACK` steps."""
-    steps = w.shape[1]
-    if steps < backtest.HELD_BACK:
+    if w.shape[1] < backtest.HELD_BACK:
         return plan
-    older = steps - max(1, steps // backtest.HELD_BACK)
+    held = newest_steps(w)
+    older = w.shape[1] - held.shape[1]
     older_raw = None if raw is None else raw[:, :older]
     trial = _comoe(call, eplb_map, w[:, :older], older_raw, c, call.work(1.0)).plan
     judged = replace(call.shape, dispatch="even")  # what the search by steps searched
-    held = w[:, older:]
     _, loses = guarded(trial, eplb_map, w, judged, call.prev_n, price, call.config.guard_z, held)
     if loses.size == 0:
         return plan
