@@ -163,11 +163,29 @@ class LayerTime:
 
     def device_ms(self, tokens: np.ndarray, active: np.ndarray) -> np.ndarray:
         """[..., C] each device's time from its tokens and active slots [..., C]."""
-        return np.maximum(active * self.read_ms, tokens * self.flop_ms) + tokens * self.link_ms
+        return device_time(tokens, active, self.read_ms, self.flop_ms, self.link_ms)
 
     def layer_ms(self, tokens: np.ndarray, active: np.ndarray) -> np.ndarray:
         """[...] the layer's time: the slowest device's."""
         return self.device_ms(tokens, active).max(axis=-1)
+
+    def uniform(self) -> tuple[float, float, float] | None:
+        """(read_ms, flop_ms, link_ms) when every device has the same rates, else None."""
+        rates = (self.read_ms, self.flop_ms, self.link_ms)
+        if any(np.ptp(np.asarray(r, dtype=np.float64)) > 0 for r in rates):
+            return None
+        return tuple(float(np.asarray(r).flat[0]) for r in rates)  # type: ignore[return-value]
+
+    @classmethod
+    def of_gpus(cls, read_ms: float, flop_ms: float, link_ms: float, gpus: int) -> LayerTime:
+        """Alike GPUs' rates (an engine's EP group), no re-plan copy priced."""
+        return cls(np.full(gpus, read_ms), np.full(gpus, flop_ms), np.full(gpus, link_ms), 0.0)
+
+
+def device_time(tokens: Any, active: Any, read: Any, flop: Any, link: Any) -> Any:
+    """A device's time in a step, t = max(A · read, T · flop) + T · link, for `tokens` T and
+    active slots A (LayerTime's rule; the drop-in's search by steps scores swaps with it)."""
+    return np.maximum(active * read, tokens * flop) + tokens * link
 
 
 def token_link_in_ms(model: Any, hardware: Any, costs: Costs) -> np.ndarray:

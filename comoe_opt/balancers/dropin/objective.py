@@ -30,6 +30,7 @@ class Shape:
     gpus: int
     nodes: int  # moves stay within a node (1: anywhere)
     dispatch: str  # "even" or "lp"
+    timed: bool = False  # the search minimises modelled time (timing.py), by steps at any size
 
 
 def normalised(steps: np.ndarray, gpus: int) -> np.ndarray:

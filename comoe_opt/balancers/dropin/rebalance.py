@@ -34,6 +34,7 @@ the plan depend on timing.
 
 from __future__ import annotations
 
+import math
 import operator
 import time
 from collections.abc import Callable
@@ -65,7 +66,8 @@ from comoe_opt.balancers.dropin.objective import (
     temperatures,
 )
 from comoe_opt.balancers.dropin.starts import risk_pack
-from comoe_opt.balancers.dropin.step_search import StepSearch, gpu_step_loads
+from comoe_opt.balancers.dropin.step_search import StepSearch, step_peaks
+from comoe_opt.balancers.dropin.timing import StepTimes, uniform_rates
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
@@ -73,6 +75,7 @@ from comoe_opt.best_split import sets as device_sets
 from comoe_opt.best_split.cut_condition import MAX_ENUMERATED_CHIPLETS, unit_speed_bottlenecks
 from comoe_opt.best_split.even import slot_replicas
 from comoe_opt.best_split.pooled import base_pool, pooled_search
+from comoe_opt.costs import LayerTime
 from comoe_opt.errors import ComoeError, first_line
 from comoe_opt.instance import MAX_PLACEMENT_CELLS
 
@@ -148,7 +151,8 @@ class Report:
     # layers where EPLB's plan balanced the newest steps better than the search's and serves (guard.py)
     eplb_layers: tuple[int, ...] = ()
     # which search planned: "by steps" (past SearchConfig.step_search_gpus), "by moments" (even),
-    # "by pooled cuts" or "by enumerated cuts" (lp); "" for method="eplb"
+    # "by pooled cuts" or "by enumerated cuts" (lp), with ", then by steps on time" when `timing`
+    # was given; "" for method="eplb"
     search: str = ""
 
     @property
@@ -208,6 +212,7 @@ def rebalance_experts(
     explain: bool = False,
     clock: Callable[[], float] = time.perf_counter,
     config: SearchConfig = DEFAULT,
+    timing: LayerTime | None = None,
 ) -> tuple[Any, ...]:
     """(phy2log, log2phy, logcnt) as DeepSeek EPLB returns them (int64), for loads `weight`
     [layers, experts]: numpy arrays, or torch tensors on `weight`'s device when given tensors;
@@ -227,6 +232,12 @@ def rebalance_experts(
     the result is a function of the arguments alone. `moves` caps the moves scored per layer
     instead (given, it replaces the work budget). A bad argument raises `ArgumentError` (a
     `ValueError`) naming it.
+
+    `timing` (a `costs.LayerTime` of `num_gpus` alike GPUs; `LayerTime.of_gpus` builds one from
+    a slot's weight read, a selection's FLOPs and its dispatch and combine, in ms) makes the
+    search minimise each step's modelled MoE layer time under the even split instead of its
+    max/mean token load (timing.py), by steps at any size; the guard then judges both plans by
+    that time. `weight` and `history` must then be token selections, not rates.
 
     `time_budget_s` (off by default) adds a hard wall-clock cap, read on `clock` from the start
     of the call. With it the result depends on timing: the machine, its load, the moment. Engines
@@ -263,7 +274,8 @@ def rebalance_experts(
     steps, planned_on = _history(history, load.shape)
     prev = _previous(previous, layers, num_replicas, experts)
     hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
-    shape = Shape(num_gpus, num_nodes if hierarchical else 1, dispatch)
+    rates = _timing(timing, num_gpus)
+    shape = Shape(num_gpus, num_nodes if hierarchical else 1, dispatch, rates is not None)
     eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     eplb_map = eplb_out[0]
     scenarios = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
@@ -280,7 +292,7 @@ def rebalance_experts(
         expired, left = _clock_cap(clock, began, budget)
         call = _Call(
             shape, num_replicas, num_groups, num_nodes, prev, prev_n, seed, cap, expired, left,
-            budget_ns, config,
+            budget_ns, config, rates, scenarios,
         )  # fmt: skip
         raw = None if steps is None else steps.transpose(1, 0, 2)
         searched, tested, life_used = _plan_comoe(
@@ -290,9 +302,11 @@ def rebalance_experts(
         if config.eplb_guard:  # the caller's price, when given, weighs EPLB's moves (guard.py)
             # the search by steps is guarded on the peaks it searched (for lp, the even split's:
             # an upper bound of the best split's, at a small part of its cost)
-            judged = replace(shape, dispatch="even") if by_steps else shape
-            on_all = _guard_on_all(config, by_steps)
+            judged = replace(shape, dispatch="even") if by_steps or shape.timed else shape
+            on_all = shape.timed or _guard_on_all(config, by_steps)
             scored = searched.peaks if on_all else None  # the search's own per-step peaks
+            if on_all and scored is None and rates is not None:  # judged by time all the same
+                scored = (call.step_values(plan, w, scenarios), call.step_values(eplb_map, w, scenarios))
             plan, eplb_layers = guarded(
                 plan, eplb_map, w, judged, prev_n, move_cost, config.guard_z, w if on_all else None, scored
             )
@@ -333,6 +347,28 @@ class _Call:
     left: Callable[[], float] | None  # seconds left of it (None: no clock)
     budget_ns: float  # the default work budget of the input's shape (`work_budget`)
     config: SearchConfig  # the search's knobs (a backtested half-life replaces the default's)
+    rates: tuple[float, float, float] | None = None  # `timing`'s (read, flop, link) ms, when given
+    steps: np.ndarray | None = None  # the steps planned on as selections [layers, S, E] (timing's scale)
+
+    def times(self, raw: np.ndarray | None) -> StepTimes | None:
+        """The time objective's rates on raw steps `raw` [layers, S, E] (None: the call's own)."""
+        if self.rates is None:
+            return None
+        raw = self.steps if raw is None else raw
+        assert raw is not None, "a timed call keeps its steps"
+        return StepTimes.of(self.rates, raw, self.shape.gpus)
+
+    def polish_work(self, steps: int) -> Work:
+        """The timed descent's budget: the search by steps' default (`work_budget`)."""
+        assert self.steps is not None
+        layers, gpus = self.steps.shape[0], self.shape.gpus
+        budget = work_budget(self.shape.dispatch, layers, self.replicas, gpus, steps, by_steps=True)
+        return Work(float("inf") if self.cap is not None else budget)
+
+    def step_values(self, plan: np.ndarray, w: np.ndarray, raw: np.ndarray | None) -> np.ndarray:
+        """[layers, S] each step's value of `plan` on normalised steps `w` (step_peaks')."""
+        w_t = np.ascontiguousarray(w.transpose(0, 2, 1))
+        return step_peaks(plan, w_t, self.shape.gpus, self.times(raw))
 
     def work(self, share: float) -> Work:
         """A search's work budget: `share` of the default, or none when `cap` is given."""
@@ -419,15 +455,35 @@ def _comoe(
     c: backtest.Constants,
     work: Work,
 ) -> _Searched:
-    """The search on normalised steps `w` [layers, S, E] (`raw`: their counts, for the smoothing)
-    with constants `c`, from the best of its starts."""
+    """The search on normalised steps `w` [layers, S, E] (`raw`: their counts, for the smoothing
+    and the time objective) with constants `c`, from the best of its starts; for a timed call, its
+    plan then descended on the time objective by steps (timing.py)."""
+    searched = _token_search(call, eplb_map, w, raw, c, work)
+    if not call.shape.timed:
+        return searched
+    smoothed = backtest.smoothed(w, raw) if c.smooth and raw is not None else w
+    timed = _step_search(call, eplb_map, smoothed, raw, c, call.polish_work(w.shape[1]), searched.plan)
+    peaks = timed.peaks if smoothed is w else None  # peaks of the steps given
+    return _Searched(timed.plan, searched.stopped or timed.stopped, peaks)
+
+
+def _token_search(
+    call: _Call,
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    raw: np.ndarray | None,
+    c: backtest.Constants,
+    work: Work,
+) -> _Searched:
+    """The search of the max/mean token load: by steps past `step_search_gpus` GPUs, else by
+    moments (`even`) or cuts (`lp`)."""
     experts, shape, prev = w.shape[-1], call.shape, call.prev
     config = replace(call.config, half_life=c.half_life)
     given = w
     if c.smooth and raw is not None:
         w = backtest.smoothed(w, raw)
     if _by_steps(shape, config):
-        searched = _step_search(call, eplb_map, w, c, work)
+        searched = _step_search(call, eplb_map, w, None, c, work)
         return searched if w is given else replace(searched, peaks=None)  # peaks of the steps given
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
@@ -471,12 +527,13 @@ def _held_back(
 
 
 def _search_name(shape: Shape, config: SearchConfig) -> str:
-    """The search a call runs, as `Report.search` names it."""
+    """The search a call runs, as `Report.search` names it (a timed call's: then by steps on time)."""
+    then = ", then by steps on time" if shape.timed else ""
     if _by_steps(shape, config):
-        return "by steps"
+        return "by steps" + then
     if shape.dispatch == "even":
-        return "by moments"
-    return "by pooled cuts" if shape.gpus > MAX_ENUMERATED_CHIPLETS else "by enumerated cuts"
+        return "by moments" + then
+    return ("by pooled cuts" if shape.gpus > MAX_ENUMERATED_CHIPLETS else "by enumerated cuts") + then
 
 
 def _guard_on_all(config: SearchConfig, by_steps: bool) -> bool:
@@ -497,30 +554,55 @@ def _by_steps(shape: Shape, config: SearchConfig) -> bool:
 
 
 def _step_search(
-    call: _Call, eplb_map: np.ndarray, w: np.ndarray, c: backtest.Constants, work: Work
+    call: _Call,
+    eplb_map: np.ndarray,
+    w: np.ndarray,
+    raw: np.ndarray | None,
+    c: backtest.Constants,
+    work: Work,
+    searched: np.ndarray | None = None,
 ) -> _Searched:
-    """The step search (step_search.py) from the better, per layer, of EPLB's plan and the map in
-    service, their moves paid for."""
+    """The step search (step_search.py) from the best, per layer, of the map in service, EPLB's
+    plan and `searched` (another search's plan), their moves paid for; timed on `raw` (the steps'
+    selections) when given and the call is timed."""
     gpus = call.shape.gpus
     w_t = np.ascontiguousarray(w.transpose(0, 2, 1))  # [L, E, S]: what the search reads
-    eplb_peaks = gpu_step_loads(eplb_map, w_t, gpus).max(axis=1)  # [L, S]
-    start = eplb_map
-    if call.prev is not None:
+    times = None if raw is None and searched is None else call.times(raw)
+    eplb_peaks = step_peaks(eplb_map, w_t, gpus, times)  # [L, S]
+    starts = [searched] if searched is not None else [s for s in (call.prev, eplb_map) if s is not None]
+    start = starts[0]
+    if len(starts) > 1:
         p = step_weights(w.shape[1], c.half_life)
-        values = [
-            peaks @ p + c.move_cost * moved(slot_replicas(plan, w.shape[-1], gpus), call.prev_n)
-            for plan, peaks in (
-                (call.prev, gpu_step_loads(call.prev, w_t, gpus).max(axis=1)),
-                (eplb_map, eplb_peaks),
-            )
-        ]
-        start = np.where((values[1] < values[0])[:, None], eplb_map, call.prev)
+        values = np.stack(
+            [
+                (eplb_peaks if plan is eplb_map else step_peaks(plan, w_t, gpus, times)) @ p
+                + c.move_cost * moved(slot_replicas(plan, w.shape[-1], gpus), call.prev_n)
+                for plan in starts
+            ]
+        )  # [starts, L]
+        best = values.argmin(axis=0)  # the first of equals: the map in service, then EPLB's
+        start = np.stack(starts)[best, np.arange(best.size)]
     partners = call.config.step_partners
-    run = StepSearch(start, w, call.shape, call.prev_n, c.move_cost, c.half_life, work, partners, w_t)
+    run = StepSearch(start, w, call.shape, call.prev_n, c.move_cost, c.half_life, work, partners, w_t, times)
     swaps = run.pass_cells() // max(w.shape[1], 1) // run.layers  # scored per layer and pass
     passes = None if call.cap is None else -(-call.cap // max(swaps, 1))
     stopped = run.descend(call.expired, passes)
-    return _Searched(run.slots, stopped, (run.loads.max(axis=1), eplb_peaks))
+    return _Searched(run.slots, stopped, (run.peaks(), eplb_peaks))
+
+
+def _timing(timing: Any, gpus: int) -> tuple[float, float, float] | None:
+    """`timing`'s (read_ms, flop_ms, link_ms) per GPU, checked: a LayerTime of `gpus` alike GPUs
+    with finite, non-negative rates, not all zero."""
+    if timing is None:
+        return None
+    if not isinstance(timing, LayerTime):
+        raise ArgumentError(f"timing must be a comoe_opt.costs.LayerTime, got {type(timing).__name__}")
+    rates = uniform_rates(timing, gpus)
+    if rates is None:
+        raise ArgumentError(f"timing must time {gpus} alike GPUs (num_gpus), one rate each")
+    if not all(math.isfinite(r) and r >= 0 for r in rates) or not any(rates):
+        raise ArgumentError(f"timing's rates must be finite, >= 0 and not all 0, got {rates}")
+    return rates
 
 
 def _half_life(value: Any) -> float | str | None:

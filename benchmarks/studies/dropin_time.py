@@ -1,0 +1,120 @@
+"""The drop-in planning for modelled time (`rebalance_experts(..., timing=instance.layer_time)`,
+balancers/dropin/timing.py) against its default token objective and EPLB, on the drop-in replay of
+every regime of both suites, each drawn with the generator's seeds given: the MoE layer's modelled
+time per step (mean and P95, costs.py: LayerTime) and the token P95 under the even split, each
+against EPLB's, and copies per re-plan against EPLB's.
+
+Plans are work-limited: the same numbers on any machine.
+
+    .venv/bin/python benchmarks/studies/dropin_time.py [--suite regimes|scale|both] [--only A,B]
+        [--seeds 0,1,2] [--jobs 2] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _common
+
+import argparse
+
+import numpy as np
+from _common import RESULTS, SUITES, describe, dropin_runs
+
+from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.parallel import parallel_map
+from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling
+from comoe_opt.trace import instance_batches, load_trace
+from comoe_opt.trace.batching import step_counts
+
+DISPATCH = "even"
+VARIANTS = ("tokens", "time")
+Task = tuple[str, str, int, int | None]
+
+
+def measures(task: Task) -> tuple[int, dict[str, tuple[float, float, float, float]]]:
+    """(GPUs, per variant: layer-time mean, layer-time P95, token P95, copies per re-plan, each
+    against EPLB's) of one instance drawn with `seed` (None: its own)."""
+    _key, path, steps_run, seed = task
+    instance = load_instance(Path(path))
+    if seed is not None:  # the same regime, another draw of its generator
+        instance = with_overrides(instance, {"trace.seed": seed})
+    instance, trace = load_trace(instance)
+    steps = step_counts(instance_batches(instance, trace))[:steps_run]
+    layout = EplbLayout.of(instance, steps, "the drop-in time study")
+    timing = instance.layer_time
+    planners: dict[str, Planner] = {
+        "EPLB": Rolling(instance, "eplb"),
+        "tokens": DropIn(layout, DISPATCH, label="tokens"),
+        "time": DropIn(layout, DISPATCH, options=(("timing", timing),), label="time"),
+    }
+    runs = dropin_runs(instance, steps, planners)
+    served = {name: run.served(steps, DISPATCH, timing) for name, run in runs.items()}
+
+    def figures(name: str) -> tuple[float, float, float, float]:
+        layer_ms = served[name].layer_ms
+        assert layer_ms is not None
+        return (
+            float(layer_ms.mean()),
+            float(np.percentile(layer_ms, 95)),
+            float(np.percentile(served[name].imbalance, 95)),
+            runs[name].copies_per_replan(),
+        )
+
+    eplb = figures("EPLB")
+    out = {}
+    for name in VARIANTS:
+        ours = figures(name)
+        against = [o / max(e, 1e-12) - 1 for o, e in zip(ours[:3], eplb[:3], strict=True)]
+        out[name] = (*against, ours[3] / max(eplb[3], 1.0))
+    return instance.hardware.chiplets, out  # type: ignore[return-value]
+
+
+def cell(values: list[tuple[float, float, float, float]]) -> str:
+    """Mean layer time, its P95 and the token P95 against EPLB's (%), copies against EPLB's."""
+    mean = np.mean(values, axis=0)
+    return f"{100 * mean[0]:+.2f} / {100 * mean[1]:+.2f} / {100 * mean[2]:+.1f} ({mean[3]:.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", choices=("regimes", "scale", "both"), default="both")
+    parser.add_argument("--only", help="comma-separated instance keys")
+    parser.add_argument("--seeds", default="0,1,2", help="the generator's seeds ('own': each instance's)")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--output", type=Path, default=RESULTS / "dropin-time.md")
+    args = parser.parse_args()
+    suites = ("regimes", "scale") if args.suite == "both" else (args.suite,)
+    regimes = [r for s in suites for r in SUITES[s] if not args.only or r.key in args.only.split(",")]
+    seeds = [None] if args.seeds == "own" else [int(x) for x in args.seeds.split(",")]
+    tasks = [(r.key, str(r.path), r.steps, s) for r in regimes for s in seeds]
+    done = parallel_map(measures, tasks, args.jobs)
+    lines = [
+        "# The drop-in planning for modelled time against its token objective and EPLB",
+        "",
+        f"`.venv/bin/python benchmarks/studies/dropin_time.py --suite {args.suite} --seeds {args.seeds}`"
+        + (f" `--only {args.only}`" if args.only else "")
+        + f" ({describe()}).",
+        "",
+        "Drop-in replay under the even split, mean over the generator's seeds: the MoE layer's"
+        " modelled time per step, its mean / its P95 / the token P95 (max/mean GPU load), each against"
+        " EPLB's (negative: below EPLB), copies per re-plan against EPLB's in parentheses. 'tokens':"
+        " the default (token max/mean); 'time': `timing=instance.layer_time`.",
+        "",
+        "| regime | GPUs | " + " | ".join(VARIANTS) + " |",
+        "|---|---:|" + "---|" * len(VARIANTS),
+    ]
+    for i, regime in enumerate(regimes):
+        rows = done[i * len(seeds) : (i + 1) * len(seeds)]
+        cells = [cell([r[1][name] for r in rows]) for name in VARIANTS]
+        lines.append(f"| {regime.key} | {rows[0][0]} | " + " | ".join(cells) + " |")
+    lines.append(
+        "| every regime and seed | | " + " | ".join(cell([r[1][n] for r in done]) for n in VARIANTS) + " |"
+    )
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
