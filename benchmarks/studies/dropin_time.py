@@ -88,7 +88,12 @@ def main() -> None:
     suites = ("regimes", "scale") if args.suite == "both" else (args.suite,)
     regimes = [r for s in suites for r in SUITES[s] if not args.only or r.key in args.only.split(",")]
     seeds = [None] if args.seeds == "own" else [int(x) for x in args.seeds.split(",")]
-    tasks = [(r.key, str(r.path), r.steps, s) for r in regimes for s in seeds]
+    # a real trace is drawn once: the seeds are the generator's
+    tasks = [
+        (r.key, str(r.path), r.steps, s)
+        for r in regimes
+        for s in (seeds if hasattr(load_instance(r.path).trace, "seed") else [None])
+    ]
     done = parallel_map(measures, tasks, args.jobs)
     lines = [
         "# The drop-in planning for modelled time against its token objective and EPLB",
@@ -105,8 +110,8 @@ def main() -> None:
         "| regime | GPUs | " + " | ".join(VARIANTS) + " |",
         "|---|---:|" + "---|" * len(VARIANTS),
     ]
-    for i, regime in enumerate(regimes):
-        rows = done[i * len(seeds) : (i + 1) * len(seeds)]
+    for regime in regimes:
+        rows = [r for t, r in zip(tasks, done, strict=True) if t[0] == regime.key]
         cells = [cell([r[1][name] for r in rows]) for name in VARIANTS]
         lines.append(f"| {regime.key} | {rows[0][0]} | " + " | ".join(cells) + " |")
     lines.append(
