@@ -97,3 +97,22 @@ def test_without_vllm_the_policy_module_says_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "comoe_opt.balancers.dropin.vllm_policy", raising=False)
     with pytest.raises(ImportError, match="install vLLM"):
         importlib.import_module("comoe_opt.balancers.dropin.vllm_policy")
+
+
+def test_a_timed_subclass_plans_for_time_as_the_drop_in(monkeypatch):
+    import importlib
+
+    from comoe_opt.costs import LayerTime
+
+    _stand_in_vllm(monkeypatch)
+    module = importlib.import_module("comoe_opt.balancers.dropin.vllm_policy")
+    timing = LayerTime.of_gpus(0.5, 0.001, 0.002, 8)
+
+    class Timed(module.CoMoEEplbPolicy):
+        pass
+
+    Timed.timing = timing
+    weight, old = _inputs()
+    got = Timed.rebalance_experts(weight, 24, 4, 2, 8, old_global_expert_indices=old)
+    want = comoe_opt.rebalance_experts(weight, 24, 4, 2, 8, previous=old, timing=timing)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

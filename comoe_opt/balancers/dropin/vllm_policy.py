@@ -7,8 +7,9 @@ expert_count)`, and a registry of policies by name. This module subclasses it, s
 where vLLM is installed (elsewhere: an ImportError naming vLLM); register the class under a name in
 your vLLM's policy registry and select it in the EPLB config. The map in service
 (`old_global_expert_indices`) is the drop-in's `previous`: experts that stay keep their slot, and
-the moves are priced. `dispatch` is vLLM's even split (tests/test_dropin_vllm_policy.py checks the
-class against a stand-in of vLLM's base).
+the moves are priced. `dispatch` is vLLM's even split; set `timing` (a `LayerTime` of your GPUs) in
+a subclass to plan for modelled layer time (docs/api.md, "Planning for time").
+tests/test_dropin_vllm_policy.py checks the class against a stand-in of vLLM's base.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
     ) from missing
 
 from comoe_opt.balancers.dropin.rebalance import rebalance_experts
+from comoe_opt.costs import LayerTime
 
 
 class CoMoEEplbPolicy(AbstractEplbPolicy):  # type: ignore[misc]  # vLLM has no type stubs here
     """CoMoE's drop-in `rebalance_experts` behind vLLM's policy interface (vLLM's even split)."""
 
     dispatch: Literal["even", "lp"] = "even"
+    timing: LayerTime | None = None  # the GPUs' rates: plan for modelled time (None: token balance)
 
     @classmethod
     def rebalance_experts(
@@ -49,5 +52,6 @@ class CoMoEEplbPolicy(AbstractEplbPolicy):  # type: ignore[misc]  # vLLM has no 
             num_ranks,
             dispatch=cls.dispatch,
             previous=old_global_expert_indices,
+            timing=cls.timing,
         )
         return phy2log, log2phy, logcnt
