@@ -13,7 +13,8 @@ experts at a time.
 
 `even` and `lp` are the drop-in's defaults: past 12 GPUs (`SearchConfig.step_search_gpus`) the
 search by steps (balancers/dropin/step_search.py); `even by moments` and `lp by pooled cuts` are its
-other searches (`SearchConfig(step_search_gpus=None)`), the defaults up to 12 GPUs.
+other searches (`SearchConfig(step_search_gpus=None)`), the defaults up to 12 GPUs; `even on time`
+plans for modelled layer time (`timing=`, DeepSeek-V3's expert on H100s).
 
     .venv/bin/python benchmarks/bench_scale.py [--runs 3] [--steps 32] [--only even]
 """
@@ -31,6 +32,7 @@ from _common import RESULTS, describe, script_args
 from comoe_opt import rebalance_experts
 from comoe_opt.balancers.dropin.config import SearchConfig
 from comoe_opt.balancers.eplb import deepseek_eplb
+from comoe_opt.costs import LayerTime
 
 RESULT = RESULTS / "scale-plan-time.md"
 # the drop-in's variants: its dispatch with its defaults, and its searches by moments or pooled cuts
@@ -39,7 +41,12 @@ VARIANTS = {
     "even by moments": {"dispatch": "even", "config": SearchConfig(step_search_gpus=None)},
     "lp": {"dispatch": "lp"},
     "lp by pooled cuts": {"dispatch": "lp", "config": SearchConfig(step_search_gpus=None)},
+    "even on time": {"dispatch": "even", "timing": "dsv3-h100"},
 }
+# `timing` of "even on time": DeepSeek-V3's FP8 expert (44 MB) read at an H100's 3,350 GB/s, its
+# 2 x 3 x 7168 x 2048 FLOP per selection at 1,979 TFLOP/s (FP8 dense), a selection's FP8 dispatch
+# and BF16 combine (7168 x 3 B) at 50 GB/s across nodes (gpus.py's H100 figures), ms
+DSV3_H100_MS = (0.044 / 3350 * 1e3, 2 * 3 * 7168 * 2048 / 1979e12 * 1e3, 7168 * 3 / 50e9 * 1e3)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,9 @@ def measure(shape: Shape, steps: int, runs: int, variants: tuple[str, ...]) -> d
     args = (shape.slots, shape.groups, shape.nodes, shape.gpus)
     seconds = {"EPLB port": best_of(runs, lambda: deepseek_eplb(load, *args))}
     for name in variants:
-        options = VARIANTS[name]
+        options = dict(VARIANTS[name])
+        if "timing" in options:
+            options["timing"] = LayerTime.of_gpus(*DSV3_H100_MS, shape.gpus)
         seconds[name] = best_of(runs, lambda o=options: rebalance_experts(load, *args, history=history, **o))
     return seconds
 

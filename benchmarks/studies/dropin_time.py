@@ -29,13 +29,15 @@ from comoe_opt.trace import instance_batches, load_trace
 from comoe_opt.trace.batching import step_counts
 
 DISPATCH = "even"
+REPLAN_EVERY = 3000  # steps a re-plan's gain is summed over (compare's default, vLLM's interval)
 VARIANTS = ("tokens", "time")
 Task = tuple[str, str, int, int | None]
 
 
-def measures(task: Task) -> tuple[int, dict[str, tuple[float, float, float, float]]]:
+def measures(task: Task) -> tuple[int, dict[str, tuple[float, ...]]]:
     """(GPUs, per variant: layer-time mean, layer-time P95, token P95, copies per re-plan, each
-    against EPLB's) of one instance drawn with `seed` (None: its own)."""
+    against EPLB's, and net ms per re-plan as compare reckons it) of one instance drawn with `seed`
+    (None: its own)."""
     _key, path, steps_run, seed = task
     instance = load_instance(Path(path))
     if seed is not None:  # the same regime, another draw of its generator
@@ -52,7 +54,7 @@ def measures(task: Task) -> tuple[int, dict[str, tuple[float, float, float, floa
     runs = dropin_runs(instance, steps, planners)
     served = {name: run.served(steps, DISPATCH, timing) for name, run in runs.items()}
 
-    def figures(name: str) -> tuple[float, float, float, float]:
+    def figures(name: str) -> tuple[float, ...]:
         layer_ms = served[name].layer_ms
         assert layer_ms is not None
         return (
@@ -60,6 +62,8 @@ def measures(task: Task) -> tuple[int, dict[str, tuple[float, float, float, floa
             float(np.percentile(layer_ms, 95)),
             float(np.percentile(served[name].imbalance, 95)),
             runs[name].copies_per_replan(),
+            float(layer_ms.sum(axis=1).mean()),  # every MoE layer of a step, as compare's step_ms_mean
+            runs[name].migration_ms(timing.replan_copy_ms),
         )
 
     eplb = figures("EPLB")
@@ -67,14 +71,17 @@ def measures(task: Task) -> tuple[int, dict[str, tuple[float, float, float, floa
     for name in VARIANTS:
         ours = figures(name)
         against = [o / max(e, 1e-12) - 1 for o, e in zip(ours[:3], eplb[:3], strict=True)]
-        out[name] = (*against, ours[3] / max(eplb[3], 1.0))
-    return instance.hardware.chiplets, out  # type: ignore[return-value]
+        net = (eplb[4] - ours[4]) * REPLAN_EVERY - ours[5]  # compare's net_ms_per_replan
+        out[name] = (*against, ours[3] / max(eplb[3], 1.0), net)
+    return instance.hardware.chiplets, out
 
 
-def cell(values: list[tuple[float, float, float, float]]) -> str:
-    """Mean layer time, its P95 and the token P95 against EPLB's (%), copies against EPLB's."""
+def cell(values: list[tuple[float, ...]]) -> str:
+    """Mean layer time, its P95 and the token P95 against EPLB's (%), copies against EPLB's, net
+    ms per re-plan."""
     mean = np.mean(values, axis=0)
-    return f"{100 * mean[0]:+.2f} / {100 * mean[1]:+.2f} / {100 * mean[2]:+.1f} ({mean[3]:.2f})"
+    shares = f"{100 * mean[0]:+.2f} / {100 * mean[1]:+.2f} / {100 * mean[2]:+.1f}"
+    return f"{shares} ({mean[3]:.2f}) | {mean[4]:+,.1f}"
 
 
 def main() -> None:
@@ -104,11 +111,13 @@ def main() -> None:
         "",
         "Drop-in replay under the even split, mean over the generator's seeds: the MoE layer's"
         " modelled time per step, its mean / its P95 / the token P95 (max/mean GPU load), each against"
-        " EPLB's (negative: below EPLB), copies per re-plan against EPLB's in parentheses. 'tokens':"
+        " EPLB's (negative: below EPLB), copies per re-plan against EPLB's in parentheses, and the net ms"
+        f" per re-plan as compare reckons it (time saved per step against EPLB over {REPLAN_EVERY:,}"
+        " steps, less the re-plan's stall). 'tokens':"
         " the default (token max/mean); 'time': `timing=instance.layer_time`.",
         "",
-        "| regime | GPUs | " + " | ".join(VARIANTS) + " |",
-        "|---|---:|" + "---|" * len(VARIANTS),
+        "| regime | GPUs | " + " | ".join(f"{v} | {v} net ms" for v in VARIANTS) + " |",
+        "|---|---:|" + "---|---:|" * len(VARIANTS),
     ]
     for regime in regimes:
         rows = [r for t, r in zip(tasks, done, strict=True) if t[0] == regime.key]
