@@ -15,7 +15,7 @@ from comoe_opt.balancers.dropin.config import SearchConfig, Work
 from comoe_opt.balancers.dropin.objective import Shape, normalised, step_weights
 from comoe_opt.balancers.dropin.rebalance import ArgumentError
 from comoe_opt.balancers.dropin.step_search import StepSearch, gpu_step_loads, step_peaks
-from comoe_opt.balancers.dropin.timing import StepTimes
+from comoe_opt.balancers.dropin.timing import StepTimes, interval_price
 from comoe_opt.balancers.eplb import deepseek_eplb
 from comoe_opt.costs import LayerTime
 
@@ -115,3 +115,28 @@ def test_a_bad_timing_is_one_argument_error(timing, says):
     history, _ = _instance(0, 4, 1)
     with pytest.raises(ArgumentError, match=says):
         rebalance_experts(history.sum(axis=0), 28, 1, 1, 4, history=history, timing=timing)
+
+
+def test_a_move_over_the_interval_is_its_share_of_the_stall_by_hand():
+    # 2 GPUs, one step of 4 experts with 2 selections each: 4 per GPU, 2 experts' slots busy per
+    # GPU, balanced time max(2 x 1, 4 x 0.1) + 4 x 0.5 = 4 ms; a 6-ms copy over 3 steps, 1/2 of it
+    # a move's share of the stall: 6 / (2 x 3 x 4) = 0.25
+    raw = np.full((1, 1, 4), 2.0)
+    assert interval_price(6.0, (1.0, 0.1, 0.5), raw, 2, 3) == pytest.approx(0.25)
+    assert interval_price(6.0, (1.0, 0.1, 0.5), np.zeros((1, 1, 4)), 2, 3) == 0.0
+
+
+def test_replan_every_prices_moves_by_the_copy_time_and_needs_timing():
+    history, plan = _instance(5, 8, 2, steps=8, layers=2, experts=32)
+    args = (history.sum(axis=0), 40, 2, 2, 8)
+    timing = LayerTime(np.full(8, 0.2), np.full(8, 0.01), np.full(8, 0.005), 0.9)
+    rates = (0.2, 0.01, 0.005)
+    price = interval_price(0.9, rates, history.transpose(1, 0, 2), 8, 100)
+    previous = np.roll(plan, 5, axis=1)
+    by_interval = rebalance_experts(
+        *args, history=history, previous=previous, timing=timing, replan_every=100
+    )
+    by_price = rebalance_experts(*args, history=history, previous=previous, timing=timing, move_cost=price)
+    assert all(np.array_equal(a, b) for a, b in zip(by_interval, by_price, strict=True))
+    with pytest.raises(ArgumentError, match="give timing too"):
+        rebalance_experts(*args, history=history, replan_every=100)

@@ -67,7 +67,7 @@ from comoe_opt.balancers.dropin.objective import (
 )
 from comoe_opt.balancers.dropin.starts import risk_pack
 from comoe_opt.balancers.dropin.step_search import StepSearch, step_peaks
-from comoe_opt.balancers.dropin.timing import StepTimes, uniform_rates
+from comoe_opt.balancers.dropin.timing import StepTimes, interval_price, uniform_rates
 from comoe_opt.balancers.eplb import check_shape
 from comoe_opt.balancers.eplb import deepseek_eplb as eplb_rebalance
 from comoe_opt.balancers.maps import maps_of
@@ -213,6 +213,7 @@ def rebalance_experts(
     clock: Callable[[], float] = time.perf_counter,
     config: SearchConfig = DEFAULT,
     timing: LayerTime | None = None,
+    replan_every: int | None = None,
 ) -> tuple[Any, ...]:
     """(phy2log, log2phy, logcnt) as DeepSeek EPLB returns them (int64), for loads `weight`
     [layers, experts]: numpy arrays, or torch tensors on `weight`'s device when given tensors;
@@ -237,7 +238,10 @@ def rebalance_experts(
     a slot's weight read, a selection's FLOPs and its dispatch and combine, in ms) makes the
     search minimise each step's modelled MoE layer time under the even split instead of its
     max/mean token load (timing.py), by steps at any size; the guard then judges both plans by
-    that time. `weight` and `history` must then be token selections, not rates.
+    that time. `weight` and `history` must then be token selections, not rates. With
+    `replan_every` (the steps the plan will serve) and `move_cost` not given, a move is priced at
+    `timing.replan_copy_ms` spread over those steps, in the objective's units (timing.py:
+    `interval_price`), and the guard weighs it too.
 
     `time_budget_s` (off by default) adds a hard wall-clock cap, read on `clock` from the start
     of the call. With it the result depends on timing: the machine, its load, the moment. Engines
@@ -275,6 +279,13 @@ def rebalance_experts(
     prev = _previous(previous, layers, num_replicas, experts)
     hierarchical = num_groups % num_nodes == 0 and num_nodes > 1
     rates = _timing(timing, num_gpus)
+    if replan_every is not None:
+        replan_every = _count("replan_every", replan_every)
+        if timing is None or rates is None:
+            raise ArgumentError("replan_every prices a move by timing's copy time: give timing too")
+        if move_cost is None:
+            raw_steps = load[:, None, :] if steps is None else steps.transpose(1, 0, 2)
+            move_cost = interval_price(timing.replan_copy_ms, rates, raw_steps, num_gpus, replan_every)
     shape = Shape(num_gpus, num_nodes if hierarchical else 1, dispatch, rates is not None)
     eplb_out = eplb_rebalance(load, num_replicas, num_groups, num_nodes, num_gpus)
     eplb_map = eplb_out[0]

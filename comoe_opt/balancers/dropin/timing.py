@@ -39,8 +39,7 @@ class StepTimes:
         """The rates (read_ms, flop_ms, link_ms) of alike GPUs, for raw steps [L, S, E]."""
         read_ms, flop_ms, link_ms = rates
         scale = raw.sum(axis=-1) / gpus  # [L, S]
-        experts_used = (raw > 0).sum(axis=-1) / gpus
-        ref = device_time(scale, experts_used, read_ms, flop_ms, link_ms)
+        ref = balanced_ms(rates, raw, gpus)
         unit = np.divide(1.0, ref, out=np.zeros_like(ref), where=ref > 0)  # an empty step scores 0
         return cls(read_ms * unit, flop_ms * scale * unit, link_ms * scale * unit, scale)
 
@@ -57,6 +56,26 @@ class StepTimes:
         (None: every layer)."""
         scale = self.scale if rows is None else self.scale[rows]
         return np.minimum(w_t * scale[:, None, :] / np.maximum(count, 1)[..., None], 1.0)
+
+
+def balanced_ms(rates: tuple[float, float, float], raw: np.ndarray, gpus: int) -> np.ndarray:
+    """[L, S] each step's balanced layer time (ms, `ref`): a GPU with the step's mean selections
+    and one active slot per expert that has any, spread evenly, for raw steps [L, S, E]."""
+    read_ms, flop_ms, link_ms = rates
+    return device_time(raw.sum(axis=-1) / gpus, (raw > 0).sum(axis=-1) / gpus, read_ms, flop_ms, link_ms)
+
+
+def interval_price(
+    copy_ms: float, rates: tuple[float, float, float], raw: np.ndarray, gpus: int, every: int
+) -> float:
+    """A move's price in the time objective's units when a plan serves `every` steps: its share
+    of the re-plan's stall spread over them, over the steps' mean balanced layer time (0 when no
+    step has a selection). Every GPU receives its copies at once over its own link, so the stall
+    is the most copies into one GPU times a copy's time (`copy_ms`, LayerTime.replan_copy_ms; as
+    compare's `migration_ms`): with the moves spread over the GPUs, one adds 1 / G of a copy."""
+    ref = balanced_ms(rates, raw, gpus)
+    mean = float(ref[ref > 0].mean()) if (ref > 0).any() else 0.0
+    return copy_ms / (gpus * every * mean) if mean > 0 else 0.0
 
 
 def uniform_rates(timing: LayerTime, gpus: int) -> tuple[float, float, float] | None:
