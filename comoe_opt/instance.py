@@ -415,6 +415,14 @@ class Policy:
         le=1e6,
         why=WHY_PRICE,
     )
+    replan_every: int = param(
+        "steps a plan serves before the next re-plan: its copies' time is spread over them against the "
+        "per-step balance (0 = the planning window's own steps; compare sets its --replan-every)",
+        ge=0,
+        default=0,
+        le=10**9,
+        why=WHY_BATCHES,
+    )
     backtest_copy_share: float = param(
         "migration_weight = -1: share of a re-plan copy's link time (costs.replan_copy_ms) the backtest "
         "charges against held-out balance (1 = all of it, the planning objective at weight 1; 0 = copies "

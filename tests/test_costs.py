@@ -84,3 +84,18 @@ def test_costs_by_hand(table) -> None:
     assert devices.costs.replan_copy_ms == pytest.approx(1 / 40 * 1e3)  # two nodes: the 40 GB/s link
     one_node = with_overrides(devices, {"hardware.devices_per_node": 0})
     assert one_node.costs.replan_copy_ms == pytest.approx(1 / 300 * 1e3)
+
+
+def test_a_copy_is_spread_over_the_steps_a_plan_serves() -> None:
+    # a window of 8 planned steps whose plan serves 3,000: the objective weighs 8 steps of balance,
+    # so a copy (made once per re-plan) is priced at 8 / 3,000 of its time; 0 keeps the window's own
+    instance = load_instance(ROOT / "instances" / "paper-baseline.toml")
+    model, hw = instance.model, instance.hardware
+    demand = demand_from_counts(np.ones((model.layers, model.experts_per_layer)), 8, model.top_k)
+    previous = Placement(np.zeros((model.layers, model.experts_per_layer, hw.chiplets), dtype=bool))
+    own = residency_problem(instance, demand, previous, batches=8)
+    served = with_overrides(instance, {"policy.replan_every": 3000, "policy.migration_weight": 1.0})
+    interval = residency_problem(served, demand, previous, batches=8)
+    assert own.copy_ms == pytest.approx(instance.costs.replan_copy_ms * instance.policy.migration_weight)
+    assert interval.copy_ms == pytest.approx(instance.costs.replan_copy_ms * 8 / 3000, rel=1e-12)
+    assert interval.batches == own.batches == 8

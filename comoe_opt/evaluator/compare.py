@@ -168,6 +168,7 @@ def run_tasks(
     """Every replay, limit and bound solve of one compare, over `settings.jobs` worker processes:
     each peer's (Run, CoMoE's weight report or None), the oracle's Served, each bound window's
     milp bound (ms) and, with `hindsight`, each hindsight limit's Run."""
+    instance = serving_interval(instance, settings.replan_every)
     tasks: list[Task] = [("peer", peer) for peer in settings.peers if peer != OURS]
     if OURS in settings.peers:
         tasks += [("peer", comoe_task(split)) for split in settings.comoe_splits]
@@ -180,6 +181,15 @@ def run_tasks(
     # memory held at once is that of `jobs` tasks, not of every task a worker has run
     done = parallel_map(_run_task, items, settings.jobs, tasks_per_worker=1)
     return dict(zip(tasks, done, strict=True))
+
+
+def serving_interval(instance: Instance, replan_every: int) -> Instance:
+    """The instance CoMoE plans with: its copies spread over the `replan_every` steps each re-plan
+    is judged over (`policy.replan_every`), unless the instance sets its own interval. The rows
+    then weigh a copy against balance as `net_ms_per_replan` does."""
+    if instance.policy.replan_every or not replan_every:
+        return instance
+    return with_overrides(instance, {"policy.replan_every": replan_every}, "compare --replan-every")
 
 
 def _expected_order(task: Task) -> int:

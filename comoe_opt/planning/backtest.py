@@ -13,7 +13,8 @@ already served. At window w (the first at `FIRST_WINDOW`, then every `EVERY` win
   step's makespan under the split planned for (`policy.split`: the best routing, or the even
   split; as the slow loop's balance scenarios score it), plus the
   window's miss and NoP terms per step and the copies' link time (`replan_copy_ms` per page, no
-  weight, times `policy.backtest_copy_share`, 1 by default) spread over the window's steps — by
+  weight, times `policy.backtest_copy_share`, 1 by default) spread over the steps a plan serves
+  (`policy.replan_every`; by default the window's own) — by
   default the planning objective at weight 1, on data the plan did not see;
 * the scores of the last `POOLED_ORIGINS` origins are pooled (the choice does not flap), and the
   weight is the largest candidate (fewest copies) whose mean excess over the best candidate, step
@@ -40,7 +41,7 @@ import numpy as np
 from comoe_opt.instance import Instance
 from comoe_opt.residency.objective import scenario_makespans, score
 from comoe_opt.residency.placement import Placement
-from comoe_opt.residency.problem import ResidencyProblem, residency_problem
+from comoe_opt.residency.problem import ResidencyProblem, residency_problem, served_share
 from comoe_opt.stats.demand import demand_from_step_counts
 
 AUTO = -1.0  # policy.migration_weight meaning "chosen per call by this backtest"
@@ -148,7 +149,9 @@ def held_out(
     step_ms, copies = {}, {}
     for weight, placement in plans.items():
         terms_ms = score(problem, placement)
-        per_step = (terms_ms.miss_ms + terms_ms.nop_ms + copy_ms * terms_ms.pages_moved) / problem.batches
+        per_step = (terms_ms.miss_ms + terms_ms.nop_ms) / problem.batches + copy_ms * terms_ms.pages_moved * (
+            served_share(instance.policy, problem.batches) / problem.batches
+        )
         step_ms[weight] = step_makespans(problem, placement) + per_step
         copies[weight] = terms_ms.pages_moved
     return Origin(window, step_ms, copies)

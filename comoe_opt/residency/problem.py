@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from comoe_opt.errors import ComoeError
-from comoe_opt.instance import Instance
+from comoe_opt.instance import Instance, Policy
 from comoe_opt.residency.placement import Placement
 from comoe_opt.stats.demand import WindowDemand
 
@@ -232,7 +232,10 @@ def residency_problem(
     max_replicas = min(policy.max_replicas or hw.chiplets, hw.chiplets)
     # the first placement is the initial load, not a migration: copies cost only against a previous one
     migrating = "migration" in terms and previous is not None
-    copy = instance.costs.replan_copy_ms * policy.migration_weight if migrating else 0.0
+    steps = int(batches if batches is not None else max(demand.batches, 1))
+    copy = 0.0
+    if migrating:
+        copy = instance.costs.replan_copy_ms * policy.migration_weight * served_share(policy, steps)
     miss = _miss_ms(instance, demand, terms, int(min(capacity.sum(), budget)))
     nop = _nop_ms_per_token(instance) if "nop" in terms else np.zeros(hw.chiplets)
     if "balance" not in terms:
@@ -247,7 +250,7 @@ def residency_problem(
         budget_pages=int(budget),
         max_replicas=int(max_replicas),
         copy_ms=copy,
-        batches=int(batches if batches is not None else max(demand.batches, 1)),
+        batches=steps,
         previous=previous,
         leased=leased,
         tenants=tenants if "quota" in terms else (),
@@ -377,3 +380,10 @@ def _nop_ms_per_token(instance: Instance) -> np.ndarray:
     does not depend on the placement and is left to the latency model.
     """
     return instance.costs.nop_ms_per_token
+
+
+def served_share(policy: Policy, steps: int) -> float:
+    """The planned steps' share of the steps a plan serves (`policy.replan_every`; 0: the window's
+    own): the objective weighs `steps` steps of balance against copies made once per re-plan, so a
+    copy is priced at this share of its time."""
+    return steps / policy.replan_every if policy.replan_every else 1.0
