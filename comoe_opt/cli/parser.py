@@ -231,7 +231,8 @@ def _compare(verbs: Any) -> None:
         default=REPLAN_EVERY,
         metavar="STEPS",
         help="steps between your engine's re-plans: a re-plan's net time is the time it saves per step"
-        f" over this many steps, less its stall (default {REPLAN_EVERY}, vLLM's EPLB step interval)",
+        f" over this many steps, less its stall (default {REPLAN_EVERY}, vLLM's EPLB step interval);"
+        " CoMoE prices its copies over them too (policy.replan_every, unless the instance sets it)",
     )
     cmp.add_argument(
         "--comoe-split",

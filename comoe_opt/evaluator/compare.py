@@ -417,7 +417,7 @@ def markdown(result: dict[str, Any]) -> str:
         head += " CoMoE's rows: " + ", ".join(
             f"{routing} planned for the {split} split" for routing, split in planned.items()
         )
-        head += " (policy.split)."
+        head += " (policy.split), its copies priced over the same interval (policy.replan_every)."
     lines = [
         head,
         "",
