@@ -469,33 +469,24 @@ def _comoe(
     """The search on normalised steps `w` [layers, S, E] (`raw`: their counts, for the smoothing
     and the time objective) with constants `c`, from the best of its starts; for a timed call, its
     plan then descended on the time objective by steps (timing.py)."""
-    searched = _token_search(call, eplb_map, w, raw, c, work)
-    if not call.shape.timed:
-        return searched
     smoothed = backtest.smoothed(w, raw) if c.smooth and raw is not None else w
+    searched = _token_search(call, eplb_map, smoothed, c, work)
+    if not call.shape.timed:
+        return searched if smoothed is w else replace(searched, peaks=None)  # peaks of the steps given
     timed = _step_search(call, eplb_map, smoothed, raw, c, call.polish_work(w.shape[1]), searched.plan)
-    peaks = timed.peaks if smoothed is w else None  # peaks of the steps given
+    peaks = timed.peaks if smoothed is w else None
     return _Searched(timed.plan, searched.stopped or timed.stopped, peaks)
 
 
 def _token_search(
-    call: _Call,
-    eplb_map: np.ndarray,
-    w: np.ndarray,
-    raw: np.ndarray | None,
-    c: backtest.Constants,
-    work: Work,
+    call: _Call, eplb_map: np.ndarray, w: np.ndarray, c: backtest.Constants, work: Work
 ) -> _Searched:
-    """The search of the max/mean token load: by steps past `step_search_gpus` GPUs, else by
-    moments (`even`) or cuts (`lp`)."""
+    """The search of the max/mean token load on normalised steps `w` [layers, S, E] (smoothed, where
+    they are): by steps past `step_search_gpus` GPUs, else by moments (`even`) or cuts (`lp`)."""
     experts, shape, prev = w.shape[-1], call.shape, call.prev
     config = replace(call.config, half_life=c.half_life)
-    given = w
-    if c.smooth and raw is not None:
-        w = backtest.smoothed(w, raw)
     if _by_steps(shape, config):
-        searched = _step_search(call, eplb_map, w, None, c, work)
-        return searched if w is given else replace(searched, peaks=None)  # peaks of the steps given
+        return _step_search(call, eplb_map, w, None, c, work)
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
     packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
