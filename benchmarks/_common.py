@@ -189,6 +189,19 @@ def dropin_planners(instance: Instance, steps: np.ndarray, **extra: Planner) -> 
     }
 
 
+def drawn_steps(path: Path, steps: int, seed: int | None) -> tuple[Instance, np.ndarray]:
+    """(the instance, its first `steps` per-step counts) of an instance file whose generator is
+    drawn with `seed` (None: the file's own): the same regime, another draw."""
+    from comoe_opt.trace import load_trace
+    from comoe_opt.trace.batching import step_counts
+
+    instance = load_instance(path)
+    if seed is not None:
+        instance = with_overrides(instance, {"trace.seed": seed})
+    instance, trace = load_trace(instance)
+    return instance, step_counts(instance_batches(instance, trace))[:steps]
+
+
 def dropin_runs(
     instance: Instance, steps: np.ndarray, planners: dict[str, Planner], foresight: str = "history"
 ) -> dict[str, Run]:

@@ -20,13 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: _co
 import argparse
 
 import numpy as np
-from _common import RESULTS, SUITES, describe, dropin_runs
+from _common import RESULTS, SUITES, describe, drawn_steps, dropin_runs
 
-from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.instance import load_instance
 from comoe_opt.parallel import parallel_map
 from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling
-from comoe_opt.trace import instance_batches, load_trace
-from comoe_opt.trace.batching import step_counts
 
 DISPATCH = "even"
 REPLAN_EVERY = 3000  # steps a re-plan's gain is summed over (compare's default, vLLM's interval)
@@ -39,11 +37,7 @@ def measures(task: Task) -> tuple[int, dict[str, tuple[float, ...]]]:
     against EPLB's, and net ms per re-plan as compare reckons it) of one instance drawn with `seed`
     (None: its own)."""
     _key, path, steps_run, seed = task
-    instance = load_instance(Path(path))
-    if seed is not None:  # the same regime, another draw of its generator
-        instance = with_overrides(instance, {"trace.seed": seed})
-    instance, trace = load_trace(instance)
-    steps = step_counts(instance_batches(instance, trace))[:steps_run]
+    instance, steps = drawn_steps(Path(path), steps_run, seed)
     layout = EplbLayout.of(instance, steps, "the drop-in time study")
     timing = instance.layer_time
     planners: dict[str, Planner] = {

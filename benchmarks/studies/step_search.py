@@ -22,14 +22,12 @@ import argparse
 from dataclasses import replace
 
 import numpy as np
-from _common import RESULTS, SUITES, describe, dropin_runs
+from _common import RESULTS, SUITES, describe, drawn_steps, dropin_runs
 
 from comoe_opt.balancers.dropin.config import DEFAULT
-from comoe_opt.instance import load_instance, with_overrides
+from comoe_opt.instance import load_instance
 from comoe_opt.parallel import parallel_map
 from comoe_opt.replay import DropIn, EplbLayout, Planner, Rolling
-from comoe_opt.trace import instance_batches, load_trace
-from comoe_opt.trace.batching import step_counts
 
 VARIANTS = {
     "moments": replace(DEFAULT, step_search_gpus=None),
@@ -47,11 +45,7 @@ def deltas(
     """(GPUs, EPLB's P95, [(P95 against EPLB's, copies per re-plan against EPLB's)] per variant) of
     one instance drawn with `seed` (None: its own)."""
     _key, path, steps_run, dispatch, names, seed = task
-    instance = load_instance(Path(path))
-    if seed is not None:  # the same regime, another draw of its generator
-        instance = with_overrides(instance, {"trace.seed": seed})
-    instance, trace = load_trace(instance)
-    steps = step_counts(instance_batches(instance, trace))[:steps_run]
+    instance, steps = drawn_steps(Path(path), steps_run, seed)
     layout = EplbLayout.of(instance, steps, "the step search study")
     planners: dict[str, Planner] = {"EPLB": Rolling(instance, "eplb")}
     for name in names:

@@ -473,7 +473,8 @@ def _comoe(
     searched = _token_search(call, eplb_map, smoothed, c, work)
     if not call.shape.timed:
         return searched if smoothed is w else replace(searched, peaks=None)  # peaks of the steps given
-    timed = _step_search(call, eplb_map, smoothed, raw, c, call.polish_work(w.shape[1]), searched.plan)
+    polish = call.polish_work(w.shape[1])
+    timed = _step_search(call, eplb_map, smoothed, c, polish, call.times(raw), searched.plan)
     peaks = timed.peaks if smoothed is w else None
     return _Searched(timed.plan, searched.stopped or timed.stopped, peaks)
 
@@ -486,7 +487,7 @@ def _token_search(
     experts, shape, prev = w.shape[-1], call.shape, call.prev
     config = replace(call.config, half_life=c.half_life)
     if _by_steps(shape, config):
-        return _step_search(call, eplb_map, w, None, c, work)
+        return _step_search(call, eplb_map, w, c, work)
     all_moments = step_moments(w, config.half_life)
     moments = all_moments if shape.dispatch == "even" else None
     packed = risk_pack(eplb_map, all_moments, shape.gpus, shape.nodes, RISK)
@@ -559,17 +560,16 @@ def _step_search(
     call: _Call,
     eplb_map: np.ndarray,
     w: np.ndarray,
-    raw: np.ndarray | None,
     c: backtest.Constants,
     work: Work,
+    times: StepTimes | None = None,
     searched: np.ndarray | None = None,
 ) -> _Searched:
-    """The step search (step_search.py) from the best, per layer, of the map in service, EPLB's
-    plan and `searched` (another search's plan), their moves paid for; timed on `raw` (the steps'
-    selections) when given and the call is timed."""
+    """The step search (step_search.py) on the max/mean load, or with `times` on each step's
+    time, from `searched` (another search's plan) when given, else from the better, per layer, of
+    the map in service and EPLB's plan, their moves paid for."""
     gpus = call.shape.gpus
     w_t = np.ascontiguousarray(w.transpose(0, 2, 1))  # [L, E, S]: what the search reads
-    times = None if raw is None and searched is None else call.times(raw)
     eplb_peaks = step_peaks(eplb_map, w_t, gpus, times)  # [L, S]
     starts = [searched] if searched is not None else [s for s in (call.prev, eplb_map) if s is not None]
     start = starts[0]

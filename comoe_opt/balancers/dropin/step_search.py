@@ -115,13 +115,12 @@ class StepSearch:
         self.objective = self.values.max(axis=1) @ self.p + self.price()
         self.start_objective = self.objective.copy()
 
-    def _values(self, rows: np.ndarray | None = None) -> np.ndarray:
-        """[L, G, S] (or of `rows`) each GPU's value per step: its time with `times`, else its load."""
-        loads = self.loads if rows is None else self.loads[rows]
+    def _values(self) -> np.ndarray:
+        """[L, G, S] each GPU's value per step: its time with `times`, else its load (the same array)."""
         if self.times is None:
-            return loads
+            return self.loads
         assert self.active is not None
-        return self.times.value(loads, self.active if rows is None else self.active[rows], rows)
+        return self.times.value(self.loads, self.active)
 
     def peaks(self) -> np.ndarray:
         """[L, S] each step's value of the plan (step_peaks')."""
