@@ -15,7 +15,7 @@ from comoe_opt.instance import CountsTrace, Instance
 from comoe_opt.planning import counts_history, plan_window, rolling_horizon
 from comoe_opt.planning.rolling import reproducible_limit
 from comoe_opt.residency import Placement
-from comoe_opt.residency.report import ModelReport, ResidencyResult
+from comoe_opt.residency.report import LayersReport, ModelReport, ResidencyResult
 from comoe_opt.stats.regime import batch_regime
 from comoe_opt.trace import load_batches
 from comoe_opt.trace.batching import MicroBatches
@@ -148,10 +148,13 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
             f"  gap on what a placement changes: {result.constant:.6g} of the objective is every token's "
             "least NoP, the same for every placement"
         )
-    if scenarios and isinstance(report, ModelReport):
+    if scenarios and isinstance(report, ModelReport | LayersReport):
+        if isinstance(report, LayersReport):
+            source = report.bound_from
+        else:
+            source = _bound_source(report, result.bound)
         lines.append(
-            f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from "
-            f"{_bound_source(report, result.bound)}"
+            f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from {source}"
         )
     timing = report.timing
     if timing.stopped_by_time_limit:

@@ -116,6 +116,27 @@ class ResidencyProblem:
         return self.leased.sum(axis=2)
 
 
+def layers_of(problem: ResidencyProblem, layers: np.ndarray) -> ResidencyProblem:
+    """The same problem on the given layers only: every per-layer array sliced, the limits (each
+    chiplet's capacity, the budget, the quotas) as they are. Callers set the limits the layers get."""
+    layers = np.asarray(layers)
+    tokens, steps, loads = problem.scenario_tokens, problem.step_counts, problem.load_counts
+    return dataclasses.replace(
+        problem,
+        miss_ms=problem.miss_ms[layers],
+        work_ms=problem.work_ms[layers],
+        tokens=problem.tokens[layers],
+        peak_tokens=problem.peak_tokens[layers],
+        previous=None if problem.previous is None else Placement(problem.previous.resident[layers]),
+        leased=None if problem.leased is None else problem.leased[layers],
+        tenants=tuple(Tenant(t.name, t.owns[layers], t.max_pages) for t in problem.tenants),
+        scenario_work_ms=None if problem.scenario_work_ms is None else problem.scenario_work_ms[:, layers],
+        scenario_tokens=None if tokens is None else tokens[:, layers],
+        load_counts=None if loads is None else loads[layers],
+        step_counts=None if steps is None else steps[:, layers],
+    )
+
+
 def reduced_problem(problem: ResidencyProblem, layers: np.ndarray, scenarios: np.ndarray) -> ResidencyProblem:
     """A smaller problem of the same kind: the given layers on the given balance scenarios, each
     chiplet's capacity, the budget and each tenant's quota cut to the layers' share (rounded
@@ -128,21 +149,17 @@ def reduced_problem(problem: ResidencyProblem, layers: np.ndarray, scenarios: np
     def cut(limit: float) -> int:
         return int(np.floor(limit * share + 1e-9))
 
-    work = problem.scenario_work[scenarios][:, layers]
-    tokens = problem.scenario_tokens
+    sub = layers_of(problem, layers)
+    work = sub.scenario_work[scenarios]
+    tokens = sub.scenario_tokens
     return dataclasses.replace(
-        problem,
-        miss_ms=problem.miss_ms[layers],
+        sub,
         work_ms=work.mean(axis=0),
-        tokens=problem.tokens[layers],
-        peak_tokens=problem.peak_tokens[layers],
         capacity_pages=np.array([cut(c) for c in problem.capacity_pages], dtype=np.int64),
         budget_pages=cut(problem.budget_pages),
-        previous=None if problem.previous is None else Placement(problem.previous.resident[layers]),
-        leased=None if problem.leased is None else problem.leased[layers],
-        tenants=tuple(Tenant(t.name, t.owns[layers], cut(t.max_pages)) for t in problem.tenants),
+        tenants=tuple(Tenant(t.name, t.owns, cut(t.max_pages)) for t in sub.tenants),
         scenario_work_ms=work,
-        scenario_tokens=None if tokens is None else tokens[scenarios][:, layers],
+        scenario_tokens=None if tokens is None else tokens[scenarios],
         load_counts=None,
         step_counts=None,
     )

@@ -5,6 +5,7 @@ One dataclass per method family, all derived from `ResidencyReport`:
 * `HeuristicReport`: the heuristics (`static`, `greedy`, `eplb`, ...; residency/heuristics/solve.py);
 * `ModelReport`: `milp` and `exact` (exact/pipeline.py): where the placement came from, the replica-count
   model's outcome, each bound by its source, the class bound with its certificate, the cut rounds;
+* `LayersReport`: `exact` where the per-layer slots separate the layers (exact/by_layer.py);
 * `FullModelReport`: `full`, the plain x[l,e,c] model;
 * `LPReport`: `lp`, the LP relaxation of the replica-count model (no placement).
 
@@ -83,6 +84,26 @@ class ModelReport(ResidencyReport):
     budget: str = "time limit"  # or "work limits (no time limit)": how the steps were ended (schedule.py)
 
 
+@dataclass(frozen=True)
+class LayerOutcome:
+    """One layer's `exact` solve in a window the slots separate (exact/by_layer.py)."""
+
+    layer: int
+    status: str
+    objective: float  # the layer's part of the window objective, its constant included
+    bound: float  # ... and its proven bound
+    placement_from: str  # the step whose placement won in that layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayersReport(ResidencyReport):
+    """`exact` layer by layer, where `policy.layer_slots` separates the layers (exact/by_layer.py):
+    each layer's outcome; the window's bound is the sum of their bounds."""
+
+    layers: tuple[LayerOutcome, ...]
+    bound_from: str = "the layers' own bounds summed (policy.layer_slots separates the layers)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class FullModelReport(ResidencyReport):
     """`full`: the plain x[l,e,c] model solved by HiGHS."""
@@ -108,5 +129,5 @@ def _json(value: Any) -> Any:
     if isinstance(value, BoundCertificate | GroupCertificate):
         return json.loads(value.to_json())
     if isinstance(value, tuple):
-        return list(value)
+        return [dataclasses.asdict(v) if isinstance(v, LayerOutcome) else v for v in value]
     return value

@@ -72,17 +72,23 @@ if TYPE_CHECKING:  # imported where used: only with balance scenarios
 
 
 def solve_milp(
-    problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = False
+    problem: ResidencyProblem,
+    *,
+    deadline: Deadline,
+    mip_gap: float,
+    exact: bool = False,
+    work: WorkLimits | None = None,
 ) -> ResidencyResult:
     """The replica-count MILP from the best heuristic, placed and refined; with `exact` and balance
     scenarios, then the exact scenario model (residency/models/cut_model.py) to the gap or the deadline.
 
     After the replica model, the steps of `STEPS` run in turn (`exact` adds `EXACT_STEPS`); with a
     time limit each open-ended one gets its share of the time left (schedule.py), without one each
-    ends on a work limit. A step that finds the deadline passed is skipped and the report says so
-    (formulations/residency.md, "Time limit"); the report gives each step's gain.
+    ends on a work limit (`work`, or the problem's own: `WorkLimits.of`). A step that finds the
+    deadline passed is skipped and the report says so (formulations/residency.md, "Time limit");
+    the report gives each step's gain.
     """
-    run = _Run(problem, deadline, mip_gap, exact)
+    run = _Run(problem, deadline, mip_gap, exact, work)
     with deadline.phase("warm_start"):
         heuristics = _feasible_heuristics(problem, deadline)
     warm = min(heuristics, key=lambda r: r.objective) if heuristics else None
@@ -100,7 +106,7 @@ def solve_milp(
     for name, step in STEPS + (EXACT_STEPS if exact else ()):
         run.step(name, step)
     best = run.best
-    bound = _tidy_bound(run.bound, best.objective)
+    bound = tidy_bound(run.bound, best.objective)
     status = status_from_gap(run.status, best.objective, bound, mip_gap, problem.constant_ms)
     if status is Status.FEASIBLE and deadline.touched:
         status = Status.TIME_LIMIT  # the deadline skipped or cut short a phase
@@ -150,9 +156,16 @@ class _Run:
     """One solve's state as its steps pass it on: the incumbent, the bound, what each step left
     for the report, and the budget (`work`: the work limits when there is no time limit)."""
 
-    def __init__(self, problem: ResidencyProblem, deadline: Deadline, mip_gap: float, exact: bool):
+    def __init__(
+        self,
+        problem: ResidencyProblem,
+        deadline: Deadline,
+        mip_gap: float,
+        exact: bool,
+        work: WorkLimits | None = None,
+    ):
         self.problem, self.deadline, self.mip_gap, self.exact = problem, deadline, mip_gap, exact
-        self.work = WorkLimits.of(problem) if work_limited(deadline) else None
+        self.work = (work or WorkLimits.of(problem)) if work_limited(deadline) else None
         self.best = _Incumbent.of(None)
         self.bound = -math.inf
         self.status = Status.FEASIBLE  # the solver status the result's status starts from
@@ -655,7 +668,7 @@ def _solve_full_model(
             "full", status, math.inf, bound, time.perf_counter() - t0, None, constant, report=report
         )
     terms = score(problem, placement)
-    bound = _tidy_bound(bound, terms.total)
+    bound = tidy_bound(bound, terms.total)
     status = status_from_gap(outcome.status, terms.total, bound, mip_gap, constant)
     return SolveResult(
         "full",
@@ -695,7 +708,7 @@ def _gap(problem: ResidencyProblem, objective: float, bound: float) -> float:
     return relative_gap(objective, bound, problem.constant_ms)
 
 
-def _tidy_bound(bound: float, objective: float) -> float:
+def tidy_bound(bound: float, objective: float) -> float:
     """A dual bound above the objective by solver round-off only is the objective itself;
     a larger excess is left visible (it would mean a wrong bound)."""
     if objective < bound <= objective + 1e-7 * max(1.0, abs(objective)):
