@@ -14,7 +14,7 @@ from conftest import make_problem
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from comoe_opt.residency.exact.by_layer import applies, layer_problem, separable
+from comoe_opt.residency.exact.by_layer import MIN_LAYER_S, applies, layer_problem, separable, summarized
 from comoe_opt.residency.layer_slots import over_layer_slots
 from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
@@ -124,3 +124,21 @@ def test_a_window_the_slots_do_not_separate_is_solved_whole():
     assert applies(p) and isinstance(solve(p, "exact").report, LayersReport)
     assert isinstance(solve(dataclasses.replace(p, budget_pages=9), "exact").report, ModelReport)
     assert not applies(dataclasses.replace(p, scenario_work_ms=None))  # no scenarios: one-memory pipeline
+    # a time limit too short for every layer's pipeline: the window's one pipeline plans better
+    enough = MIN_LAYER_S * p.layers
+    assert applies(p, seconds=enough) and not applies(p, seconds=0.99 * enough)
+
+
+def test_the_layers_notes_are_told_once_each_with_the_range_of_their_numbers():
+    notes = (
+        "longer searches: stopped by the time limit after 6",
+        "cut rounds: stopped by their share of the time limit after 1 rounds",
+        "longer searches: stopped by the time limit after 9",
+        "longer searches: stopped by the time limit after 3",
+        "lagrangian: skipped, 1.5 s left for 1 layers",
+    )
+    assert summarized(notes) == (
+        "longer searches: stopped by the time limit after 3-9 (3 layers)",
+        "cut rounds: stopped by their share of the time limit after 1 rounds",
+        "lagrangian: skipped, 1.5 s left for 1 layers",
+    )

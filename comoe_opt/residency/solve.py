@@ -89,7 +89,7 @@ def _solve(
     if method == "exact":
         from comoe_opt.residency.exact import by_layer
 
-        if by_layer.applies(problem):
+        if by_layer.applies(problem, deadline.remaining()):
             return by_layer.solve_by_layer(problem, deadline=deadline, mip_gap=mip_gap)
     if method in ("milp", "exact"):
         return milp.solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=method == "exact")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -33,17 +34,26 @@ from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, layers_of
 from comoe_opt.residency.report import LayerOutcome, LayersReport, ModelReport, ResidencyResult
 from comoe_opt.residency.schedule import WorkLimits
-from comoe_opt.results import SolveResult, Status, status_from_gap
+from comoe_opt.results import SolveResult, Status, Timing, status_from_gap
 
 
-def applies(problem: ResidencyProblem) -> bool:
-    """Whether `exact` goes layer by layer: the slots separate the layers, and the scenarios'
-    makespans are enumerated cut ratios (at most `MAX_ENUMERATED_CHIPLETS` chiplets of related
-    speeds), where each layer's own class model and annealing apply. Past that (DeepSeek-V3 EP32's
-    32 devices) one layer at a time proved no more and took 2.7 times as long on work limits
+def applies(problem: ResidencyProblem, seconds: float = math.inf) -> bool:
+    """Whether `exact` goes layer by layer with `seconds` left (inf: on work limits): the slots
+    separate the layers, the scenarios' makespans are enumerated cut ratios (at most
+    `MAX_ENUMERATED_CHIPLETS` chiplets of related speeds), where each layer's own class model and
+    annealing apply, and each layer gets at least `MIN_LAYER_S`. Past 12 chiplets (DeepSeek-V3
+    EP32's 32) one layer at a time proved no more and took 2.7 times as long on work limits
     (formulations/residency.md, "Layers the slots separate")."""
     work = problem.scenario_work_ms
-    return work is not None and enumerable(work) and separable(problem)
+    if work is None or not enumerable(work) or seconds < MIN_LAYER_S * problem.layers:
+        return False
+    return separable(problem)
+
+
+# seconds per layer below which the window's one pipeline plans better: GPT-OSS window 0 in 5 s
+# (0.21 s a layer) 29.026 ms layer by layer against 28.835 whole, in 10 s (0.42 s) 28.612 against
+# 28.803 (benchmarks/results/by-layer.md)
+MIN_LAYER_S = 0.4
 
 
 def separable(problem: ResidencyProblem) -> bool:
@@ -106,10 +116,41 @@ def solve_by_layer(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: fl
     terms = score(problem, placement)
     bound = tidy_bound(bound, terms.total)  # the layers' bounds summed in another order
     status = status_from_gap(solver, terms.total, bound, mip_gap, problem.constant_ms)
-    report = LayersReport(terms=terms, timing=deadline.timing(), layers=tuple(outcomes))
+    report = LayersReport(terms=terms, timing=_timing(deadline), layers=tuple(outcomes))
     seconds = report.timing.total_s
     constant = problem.constant_ms
     return SolveResult("exact", status, terms.total, bound, seconds, placement, constant, report=report)
+
+
+def _timing(deadline: Deadline) -> Timing:
+    """The deadline's timing with the layers' notes told once each: "longer searches: stopped by
+    the time limit after 3-9 (24 layers)", not 24 lines."""
+    timing = deadline.timing()
+    return dataclasses.replace(timing, stopped_by_time_limit=summarized(timing.stopped_by_time_limit))
+
+
+def summarized(notes: tuple[str, ...]) -> tuple[str, ...]:
+    """`notes` with those that differ only in their numbers told once, each number as the range
+    it took, and how many times the note was made; in the order first seen."""
+    numbers: dict[str, list[list[str]]] = {}
+    for note in notes:
+        numbers.setdefault(_NUMBER.sub("{}", note.replace("{", "(").replace("}", ")")), []).append(
+            _NUMBER.findall(note)
+        )
+    told = []
+    for pattern, seen in numbers.items():
+        ranges = [_range(values) for values in zip(*seen, strict=True)]
+        times = f" ({len(seen)} layers)" if len(seen) > 1 else ""
+        told.append(pattern.format(*ranges) + times)
+    return tuple(told)
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _range(values: tuple[str, ...]) -> str:
+    low, high = min(values, key=float), max(values, key=float)
+    return low if low == high else f"{low}-{high}"
 
 
 def _outcome(layer: int, result: ResidencyResult) -> LayerOutcome:
@@ -122,7 +163,7 @@ def _without_plan(
     problem: ResidencyProblem, deadline: Deadline, outcomes: tuple[LayerOutcome, ...], status: Status
 ) -> ResidencyResult:
     """A layer found no plan (out of time before its first heuristic): the window has none."""
-    report = LayersReport(terms=None, timing=deadline.timing(), layers=outcomes)
+    report = LayersReport(terms=None, timing=_timing(deadline), layers=outcomes)
     failed = status if not status.has_solution else Status.NO_SOLUTION
     return SolveResult(
         "exact", failed, math.inf, -math.inf, report.timing.total_s, None, problem.constant_ms, report=report
