@@ -1,6 +1,7 @@
-"""`exact` layer by layer where the per-layer slots separate the layers (residency/exact/by_layer.py):
-the window's bound is the sum of its layers' bounds, so it must stay below the optimum within the
-slots (brute force), and the slots must truly separate the layers before it is used."""
+"""`milp` and `exact` layer by layer where the per-layer slots separate the layers
+(residency/exact/by_layer.py): the window's bound is the sum of its layers' bounds, so it must stay
+below the optimum within the slots (brute force), and the slots must truly separate the layers
+before it is used."""
 
 from __future__ import annotations
 
@@ -72,14 +73,15 @@ def sliced_windows(draw):
     return dataclasses.replace(p, layer_slots=slots)
 
 
+@pytest.mark.parametrize("method", ["milp", "exact"])
 @settings(max_examples=40, deadline=None)
-@given(sliced_windows())
-def test_the_layers_bounds_summed_bracket_the_optimum_within_the_slots(p):
+@given(p=sliced_windows())
+def test_the_layers_bounds_summed_bracket_the_optimum_within_the_slots(method, p):
     assert applies(p)
     optimum = brute_force_within_slots(p)
     scale = max(1.0, abs(optimum))
-    result = solve(p, "exact", mip_gap=0.0)
-    assert isinstance(result.report, LayersReport)
+    result = solve(p, method, mip_gap=0.0)
+    assert isinstance(result.report, LayersReport) and result.method == method
     assert result.bound <= optimum + TOL * scale
     assert result.objective >= optimum - TOL * scale
     assert result.solution is not None and not over_layer_slots(p, result.solution)
@@ -122,7 +124,9 @@ def test_a_window_the_slots_do_not_separate_is_solved_whole():
     work = np.repeat(_window().work_ms[None], 2, axis=0)  # two balance scenarios
     p = dataclasses.replace(_window(), scenario_work_ms=work, search_moves=10)
     assert applies(p) and isinstance(solve(p, "exact").report, LayersReport)
+    assert isinstance(solve(p, "milp").report, LayersReport)
     assert isinstance(solve(dataclasses.replace(p, budget_pages=9), "exact").report, ModelReport)
+    assert isinstance(solve(dataclasses.replace(p, budget_pages=9), "milp").report, ModelReport)
     assert not applies(dataclasses.replace(p, scenario_work_ms=None))  # no scenarios: one-memory pipeline
     # a time limit too short for every layer's pipeline: the window's one pipeline plans better
     enough = MIN_LAYER_S * p.layers

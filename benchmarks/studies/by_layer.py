@@ -1,8 +1,9 @@
-"""`exact` layer by layer against `exact` on the whole window, where the per-layer slots separate
-the layers (residency/exact/by_layer.py): objective, bound, gap and seconds of each.
+"""`exact` (or `milp`) layer by layer against the same method on the whole window, where the
+per-layer slots separate the layers (residency/exact/by_layer.py): objective, bound, gap and
+seconds of each.
 
-    .venv/bin/python benchmarks/studies/by_layer.py [--cases gptoss-0,gptoss-13] [--instances FILE,...]
-        [--limit SECONDS | --limit work] [--mip-gap 0.001] [--output FILE]
+    .venv/bin/python benchmarks/studies/by_layer.py [--method exact|milp] [--cases gptoss-0,gptoss-13]
+        [--instances FILE,...] [--limit SECONDS | --limit work] [--mip-gap 0.001] [--output FILE]
 
 `--limit work` (the default) solves on work limits, as evaluations do: the same plans and bounds on
 any machine; a number is a wall-clock limit (a study of what each reaches in that time). Cases are
@@ -35,9 +36,10 @@ from studies.bench_bounds import CASES, window_problem
 OUT = RESULTS / "by-layer.md"
 
 
-def whole_window(problem: ResidencyProblem, limit: float, gap: float) -> ResidencyResult:
-    """`exact` as it solved every window before: one pipeline for all layers, then the layout."""
-    return laid_out(problem, solve_milp(problem, deadline=Deadline(limit), mip_gap=gap, exact=True))
+def whole_window(problem: ResidencyProblem, method: str, limit: float, gap: float) -> ResidencyResult:
+    """`method` as it solved every window before: one pipeline for all layers, then the layout."""
+    exact = method == "exact"
+    return laid_out(problem, solve_milp(problem, deadline=Deadline(limit), mip_gap=gap, exact=exact))
 
 
 def timed(run) -> tuple[ResidencyResult, float]:
@@ -51,9 +53,9 @@ def cell(result: ResidencyResult, seconds: float) -> str:
     return f"{result.objective:.5f} / {result.bound:.5f} / {gap:.2f}% / {seconds:.1f} s"
 
 
-def row(name: str, problem: ResidencyProblem, limit: float, gap: float) -> str:
-    whole, whole_s = timed(lambda: whole_window(problem, limit, gap))
-    layered, layered_s = timed(lambda: solve(problem, "exact", time_limit_s=limit, mip_gap=gap))
+def row(name: str, problem: ResidencyProblem, method: str, limit: float, gap: float) -> str:
+    whole, whole_s = timed(lambda: whole_window(problem, method, limit, gap))
+    layered, layered_s = timed(lambda: solve(problem, method, time_limit_s=limit, mip_gap=gap))
     p = problem
     shape = f"{p.layers} x {p.experts} x {p.chiplets}, {p.scenarios} scenarios, {p.layer_slots} slots"
     line = f"| {name} | {shape} | {cell(whole, whole_s)} | {cell(layered, layered_s)} |"
@@ -71,6 +73,7 @@ def problems(cases: list[str], instances: list[str]):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--method", choices=["exact", "milp"], default="exact")
     parser.add_argument("--cases", default="gptoss-0,gptoss-13")
     parser.add_argument("--instances", default="")
     parser.add_argument("--limit", default="work")
@@ -82,7 +85,7 @@ def main() -> None:
     instances = [i for i in args.instances.split(",") if i]
     budget = "work limits" if args.limit == "work" else f"{limit:g} s"
     lines = [
-        f"# `exact` layer by layer against the whole window ({budget}, target gap {args.mip_gap:g})",
+        f"# `{args.method}` layer by layer against the whole window ({budget}, target gap {args.mip_gap:g})",
         "",
         f"`{' '.join(['.venv/bin/python', *sys.argv])}` ({describe()})",
         "",
@@ -95,7 +98,7 @@ def main() -> None:
         if not applies(problem):
             print(f"{name}: the slots do not separate its layers, skipped", flush=True)
             continue
-        lines.append(row(name, problem, limit, args.mip_gap))
+        lines.append(row(name, problem, args.method, limit, args.mip_gap))
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

@@ -5,7 +5,7 @@ is its family's `ResidencyReport` (residency/report.py).
   scored by the exact objective; no bound (`no_solution` when it breaks a constraint).
 * `milp`, `exact`, `full`, `lp`: the models (residency/exact/pipeline.py), imported only when one is asked
   for, so that a heuristic, an export or a replay does not load Pyomo and HiGHS. Where the per-layer
-  slots separate the layers, `exact` solves each layer on its own (residency/exact/by_layer.py).
+  slots separate the layers, `milp` and `exact` solve each layer on its own (residency/exact/by_layer.py).
 
 Gaps are signed and measured on the part of the objective a placement changes
 (`problem.constant_ms`, every token's least NoP, is left out).
@@ -86,12 +86,12 @@ def _solve(
         raise ValueError(f"unknown method {method!r} (known: {', '.join(RESIDENCY_METHODS)})")
     from comoe_opt.residency.exact import pipeline as milp  # the MILP stack, loaded when a model is asked for
 
-    if method == "exact":
+    if method in ("milp", "exact"):
         from comoe_opt.residency.exact import by_layer
 
         if by_layer.applies(problem, deadline.remaining()):
-            return by_layer.solve_by_layer(problem, deadline=deadline, mip_gap=mip_gap)
-    if method in ("milp", "exact"):
+            exact = method == "exact"
+            return by_layer.solve_by_layer(problem, deadline=deadline, mip_gap=mip_gap, exact=exact)
         return milp.solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=method == "exact")
     if method == "full":
         return milp.solve_full(problem, deadline=deadline, mip_gap=mip_gap)

@@ -1,5 +1,5 @@
-"""`exact` layer by layer where the per-layer slots separate the window (formulations/residency.md,
-"Layers the slots separate").
+"""`milp` and `exact` layer by layer where the per-layer slots separate the window
+(formulations/residency.md, "Layers the slots separate").
 
 With `policy.layer_slots` every device holds at most that many replicas of a layer. When the
 layers' slots together fit every chiplet's pages, the budget and each quota (`separable`: an
@@ -12,7 +12,7 @@ layout undoes, so their bound is of that looser problem; and their searches move
 replicas against the others' pages.
 
 Step 1: check that the slots separate the layers (`separable`; `applies` adds where it pays).
-Step 2: solve each layer by `exact` on its share of the time left (on the window's work limits
+Step 2: solve each layer by `milp` or `exact` on its share of the time left (on the window's work limits
 without a time limit: the same plan on any machine).
 Step 3: the window's plan is the layers' plans; its objective is scored on the window, its bound
 the sum of the layers' bounds.
@@ -38,7 +38,7 @@ from comoe_opt.results import SolveResult, Status, Timing, status_from_gap
 
 
 def applies(problem: ResidencyProblem, seconds: float = math.inf) -> bool:
-    """Whether `exact` goes layer by layer with `seconds` left (inf: on work limits): the slots
+    """Whether `milp` and `exact` go layer by layer with `seconds` left (inf: on work limits): the slots
     separate the layers, the scenarios' makespans are enumerated cut ratios (at most
     `MAX_ENUMERATED_CHIPLETS` chiplets of related speeds), where each layer's own class model and
     annealing apply, and each layer gets at least `MIN_LAYER_S`. Past 12 chiplets (DeepSeek-V3
@@ -91,9 +91,12 @@ def layer_problem(problem: ResidencyProblem, layer: int) -> ResidencyProblem:
     )
 
 
-def solve_by_layer(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float) -> ResidencyResult:
-    """`exact` on each layer of a window the slots separate (`separable`); the window's plan,
-    objective and bound (the layers' bounds summed)."""
+def solve_by_layer(
+    problem: ResidencyProblem, *, deadline: Deadline, mip_gap: float, exact: bool = True
+) -> ResidencyResult:
+    """`exact` (or `milp`) on each layer of a window the slots separate (`separable`); the
+    window's plan, objective and bound (the layers' bounds summed)."""
+    method = "exact" if exact else "milp"
     resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
     outcomes, bound, solver = [], 0.0, Status.FEASIBLE
     # on work limits each layer does what the window's solve would do for it (the longer searches'
@@ -103,10 +106,10 @@ def solve_by_layer(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: fl
         # Step 2: an equal share of the time left (a layer that ends early leaves its rest to the others)
         share = deadline.share(1.0 / (problem.layers - layer))
         sub = layer_problem(problem, layer)
-        result = solve_milp(sub, deadline=share, mip_gap=mip_gap, exact=True, work=work)
+        result = solve_milp(sub, deadline=share, mip_gap=mip_gap, exact=exact, work=work)
         outcomes.append(_outcome(layer, result))
         if result.solution is None:
-            return _without_plan(problem, deadline, tuple(outcomes), result.status)
+            return _without_plan(problem, deadline, tuple(outcomes), result.status, method)
         resident[layer] = result.solution.resident[0]
         bound += result.bound
         if result.status is Status.TIME_LIMIT:
@@ -119,7 +122,7 @@ def solve_by_layer(problem: ResidencyProblem, *, deadline: Deadline, mip_gap: fl
     report = LayersReport(terms=terms, timing=_timing(deadline), layers=tuple(outcomes))
     seconds = report.timing.total_s
     constant = problem.constant_ms
-    return SolveResult("exact", status, terms.total, bound, seconds, placement, constant, report=report)
+    return SolveResult(method, status, terms.total, bound, seconds, placement, constant, report=report)
 
 
 def _timing(deadline: Deadline) -> Timing:
@@ -160,11 +163,15 @@ def _outcome(layer: int, result: ResidencyResult) -> LayerOutcome:
 
 
 def _without_plan(
-    problem: ResidencyProblem, deadline: Deadline, outcomes: tuple[LayerOutcome, ...], status: Status
+    problem: ResidencyProblem,
+    deadline: Deadline,
+    outcomes: tuple[LayerOutcome, ...],
+    status: Status,
+    method: str,
 ) -> ResidencyResult:
     """A layer found no plan (out of time before its first heuristic): the window has none."""
     report = LayersReport(terms=None, timing=_timing(deadline), layers=outcomes)
     failed = status if not status.has_solution else Status.NO_SOLUTION
     return SolveResult(
-        "exact", failed, math.inf, -math.inf, report.timing.total_s, None, problem.constant_ms, report=report
+        method, failed, math.inf, -math.inf, report.timing.total_s, None, problem.constant_ms, report=report
     )
