@@ -21,6 +21,7 @@ from comoe_opt.residency.objective import check_feasible, score
 from comoe_opt.residency.placement import Placement
 from comoe_opt.residency.problem import ResidencyProblem, Tenant
 from comoe_opt.residency.report import LayersReport, ModelReport
+from comoe_opt.residency.schedule import POLISH_NODE_ROWS, POLISH_ROWS, WorkLimits
 from comoe_opt.residency.solve import solve
 from comoe_opt.results import Status
 
@@ -146,3 +147,12 @@ def test_the_layers_notes_are_told_once_each_with_the_range_of_their_numbers():
         "cut rounds: stopped by their share of the time limit after 1 rounds",
         "lagrangian: skipped, 1.5 s left for 1 layers",
     )
+
+
+def test_the_layers_polish_what_the_window_would_and_keep_their_other_limits():
+    window = WorkLimits.of(_window())
+    layer = window.per_layer(3)
+    assert (layer.polish_rows, layer.polish_node_rows) == (POLISH_ROWS // 3, POLISH_NODE_ROWS // 3)
+    polish = {"polish_rows": window.polish_rows, "polish_node_rows": window.polish_node_rows}
+    restored = dataclasses.replace(layer, **polish)
+    assert restored == window

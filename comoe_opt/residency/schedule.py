@@ -19,7 +19,7 @@ what each phase gave per second at each shape.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from comoe_opt.deadline import Deadline
 from comoe_opt.residency.problem import ResidencyProblem
@@ -62,6 +62,8 @@ class WorkLimits:
     longer_runs: int  # `exact`'s longer searches: annealing runs (or refine.py searches)
     longer_proposals: int  # ... of this many proposals per layer
     longer_stall_runs: int  # ... ending after this many runs in a row that lowered nothing
+    polish_rows: int = 0  # the full model's polish: at most this many rows (with scenarios)
+    polish_node_rows: int = 0  # ... and this many nodes x rows
 
     @classmethod
     def of(cls, problem: ResidencyProblem) -> WorkLimits:
@@ -80,6 +82,19 @@ class WorkLimits:
             longer_runs=max(1, LONGER_PROPOSALS // (problem.layers * ANNEAL_PROPOSALS)),
             longer_proposals=min(ANNEAL_PROPOSALS, LONGER_PROPOSALS // problem.layers),
             longer_stall_runs=LONGER_STALL_RUNS,
+            polish_rows=POLISH_ROWS,
+            polish_node_rows=POLISH_NODE_ROWS,
+        )
+
+    def per_layer(self, layers: int) -> WorkLimits:
+        """Each layer's limits where a window's `layers` are solved one at a time
+        (exact/by_layer.py): the polish's rows and node-rows split over the layers, so that the
+        layers polish what the window's one polish would have (a sparse 3 x 16 x 8 dump's compare:
+        58 s with a polish of every layer, 9.5 s with none, the window's full model being above
+        `POLISH_ROWS`); the other limits are per layer already."""
+        share = max(layers, 1)
+        return replace(
+            self, polish_rows=self.polish_rows // share, polish_node_rows=self.polish_node_rows // share
         )
 
     def round_work(self) -> RoundWork:

@@ -100,8 +100,9 @@ def solve_by_layer(
     resident = np.zeros((problem.layers, problem.experts, problem.chiplets), dtype=bool)
     outcomes, bound, solver = [], 0.0, Status.FEASIBLE
     # on work limits each layer does what the window's solve would do for it (the longer searches'
-    # proposals are the window's per layer), so that the window's work does not grow with its layers
-    work = WorkLimits.of(problem)
+    # proposals are the window's per layer, the polish the window's over its layers), so that the
+    # window's work does not grow with its layers
+    work = WorkLimits.of(problem).per_layer(problem.layers)
     for layer in range(problem.layers):
         # Step 2: an equal share of the time left (a layer that ends early leaves its rest to the others)
         share = deadline.share(1.0 / (problem.layers - layer))

@@ -334,7 +334,12 @@ def _polish(run: _Run) -> None:
     if not run.open() or not _small(problem):
         return
     rows = _full_model_rows(problem)
-    if problem.scenarios and rows > POLISH_ROWS:  # a rule on size, not time: not a deadline note
+    most_rows, node_rows = (
+        (POLISH_ROWS, POLISH_NODE_ROWS)
+        if run.work is None
+        else (run.work.polish_rows, run.work.polish_node_rows)
+    )
+    if problem.scenarios and rows > most_rows:  # a rule on size, not time: not a deadline note
         return
     if deadline.expired():
         deadline.skip("polish")
@@ -350,7 +355,7 @@ def _polish(run: _Run) -> None:
         )
         return
     with deadline.phase("polish"):
-        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap, rows)
+        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap, rows, node_rows)
     run.polish = polish
     run.raise_bound(polish.bound)
     if polish.solution is not None and run.best.offer(problem, polish.solution, "full MILP"):
@@ -622,13 +627,18 @@ def _small(problem: ResidencyProblem) -> bool:
 
 
 def _polish_with_full_model(
-    problem: ResidencyProblem, start: Placement | None, deadline: Deadline, mip_gap: float, rows: int
+    problem: ResidencyProblem,
+    start: Placement | None,
+    deadline: Deadline,
+    mip_gap: float,
+    rows: int,
+    node_rows: int,
 ) -> ResidencyResult:
-    """The exact x[l,e,c] model of `rows` rows, warm-started from `start`: a tighter bound on small
-    instances."""
+    """The exact x[l,e,c] model of `rows` rows, warm-started from `start`, to `node_rows` nodes x
+    rows: a tighter bound on small instances."""
     # the full model need not close (with scenarios its LP bound is the mean load's); a node limit,
     # not the clock, ends it, so that `milp` gives the same placement on any machine
-    nodes = mip_work(nodes_within(rows, POLISH_NODE_ROWS, POLISH_NODES))
+    nodes = mip_work(nodes_within(rows, node_rows, POLISH_NODES))
     return _solve_full_model(problem, start, deadline=deadline, mip_gap=mip_gap / 2, options=nodes)
 
 
