@@ -149,10 +149,9 @@ def _format(instance: Instance, result: ResidencyResult, output: str | None, sce
             "least NoP, the same for every placement"
         )
     if scenarios and isinstance(report, ModelReport | LayersReport):
-        if isinstance(report, LayersReport):
-            source = report.bound_from
-        else:
-            source = _bound_source(report, result.bound)
+        source = (
+            report.bound_from if isinstance(report, LayersReport) else _bound_source(report, result.bound)
+        )
         lines.append(
             f"  balance scored on {scenarios} micro-batches, each routed at its best; bound from {source}"
         )

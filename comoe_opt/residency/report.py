@@ -5,7 +5,7 @@ One dataclass per method family, all derived from `ResidencyReport`:
 * `HeuristicReport`: the heuristics (`static`, `greedy`, `eplb`, ...; residency/heuristics/solve.py);
 * `ModelReport`: `milp` and `exact` (exact/pipeline.py): where the placement came from, the replica-count
   model's outcome, each bound by its source, the class bound with its certificate, the cut rounds;
-* `LayersReport`: `exact` where the per-layer slots separate the layers (exact/by_layer.py);
+* `LayersReport`: `milp` and `exact` where the per-layer slots separate the layers (exact/by_layer.py);
 * `FullModelReport`: `full`, the plain x[l,e,c] model;
 * `LPReport`: `lp`, the LP relaxation of the replica-count model (no placement).
 
@@ -86,7 +86,7 @@ class ModelReport(ResidencyReport):
 
 @dataclass(frozen=True)
 class LayerOutcome:
-    """One layer's `exact` solve in a window the slots separate (exact/by_layer.py)."""
+    """One layer's `milp` or `exact` solve in a window the slots separate (exact/by_layer.py)."""
 
     layer: int
     status: str
@@ -97,7 +97,7 @@ class LayerOutcome:
 
 @dataclass(frozen=True, kw_only=True)
 class LayersReport(ResidencyReport):
-    """`exact` layer by layer, where `policy.layer_slots` separates the layers (exact/by_layer.py):
+    """`milp` or `exact` layer by layer, where `policy.layer_slots` separates the layers (exact/by_layer.py):
     each layer's outcome; the window's bound is the sum of their bounds."""
 
     layers: tuple[LayerOutcome, ...]

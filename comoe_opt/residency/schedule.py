@@ -62,8 +62,8 @@ class WorkLimits:
     longer_runs: int  # `exact`'s longer searches: annealing runs (or refine.py searches)
     longer_proposals: int  # ... of this many proposals per layer
     longer_stall_runs: int  # ... ending after this many runs in a row that lowered nothing
-    polish_rows: int = 0  # the full model's polish: at most this many rows (with scenarios)
-    polish_node_rows: int = 0  # ... and this many nodes x rows
+    polish_rows: int  # the full model's polish: at most this many rows (with scenarios)
+    polish_node_rows: int  # ... and this many nodes x rows
 
     @classmethod
     def of(cls, problem: ResidencyProblem) -> WorkLimits:

@@ -89,10 +89,10 @@ def _solve(
     if method in ("milp", "exact"):
         from comoe_opt.residency.exact import by_layer
 
+        exact = method == "exact"
         if by_layer.applies(problem, deadline.remaining()):
-            exact = method == "exact"
             return by_layer.solve_by_layer(problem, deadline=deadline, mip_gap=mip_gap, exact=exact)
-        return milp.solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=method == "exact")
+        return milp.solve_milp(problem, deadline=deadline, mip_gap=mip_gap, exact=exact)
     if method == "full":
         return milp.solve_full(problem, deadline=deadline, mip_gap=mip_gap)
     return milp.solve_lp(problem, deadline)

@@ -55,9 +55,7 @@ from comoe_opt.residency.schedule import (
     ANNEAL_PROPOSALS,
     FULL_NODE_ROWS,
     FULL_NODES,
-    POLISH_NODE_ROWS,
     POLISH_NODES,
-    POLISH_ROWS,
     WorkLimits,
     share,
     work_limited,
@@ -327,19 +325,16 @@ def _anneal(run: _Run) -> None:
 def _polish(run: _Run) -> None:
     """The full model's polish on small instances, on its share of the time left (all of it when
     no later step can use the rest), to
-    `POLISH_NODES` nodes, when the full model with scenarios has at most `POLISH_ROWS` rows (above,
+    `POLISH_NODES` nodes, when the full model with scenarios has at most the work limits'
+    `polish_rows` (`POLISH_ROWS`, split over the layers when they are solved one at a time; above,
     its root LP alone outlasts the budget) and its build and hand-over, foreseen at the replica
     model's pace per row, take at most `POLISH_BUILD_SHARE` of its time."""
     problem, deadline = run.problem, run.deadline
     if not run.open() or not _small(problem):
         return
     rows = _full_model_rows(problem)
-    most_rows, node_rows = (
-        (POLISH_ROWS, POLISH_NODE_ROWS)
-        if run.work is None
-        else (run.work.polish_rows, run.work.polish_node_rows)
-    )
-    if problem.scenarios and rows > most_rows:  # a rule on size, not time: not a deadline note
+    limits = run.work or WorkLimits.of(problem)  # the polish's size limits hold with a time limit too
+    if problem.scenarios and rows > limits.polish_rows:  # a rule on size, not time: not a deadline note
         return
     if deadline.expired():
         deadline.skip("polish")
@@ -355,7 +350,9 @@ def _polish(run: _Run) -> None:
         )
         return
     with deadline.phase("polish"):
-        polish = _polish_with_full_model(problem, run.best.placement, budget, run.mip_gap, rows, node_rows)
+        polish = _polish_with_full_model(
+            problem, run.best.placement, budget, run.mip_gap, rows, limits.polish_node_rows
+        )
     run.polish = polish
     run.raise_bound(polish.bound)
     if polish.solution is not None and run.best.offer(problem, polish.solution, "full MILP"):
